@@ -1,0 +1,1 @@
+"""metatrain's built-in task families."""

@@ -1,0 +1,1 @@
+"""The ``metatrain`` command line."""

@@ -1,0 +1,101 @@
+"""Rich rendering of episode progress and results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from metatrain.specs import EpisodeResult
+
+
+class EpisodeDisplay:
+    """Turns progress events into rich progress bars and log lines."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> EpisodeDisplay:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def _task(self, key: str, description: str, total: float | None) -> Any:
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(description, total=total, info="")
+        return self.tasks[key]
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        log = self.progress.console.log
+        if event == "phase":
+            name = data["name"]
+            if name == "workspace":
+                log(f"workspace: {data['run_dir']}/workspace")
+            elif name == "validation":
+                log(f"validation probe: attempt {data['attempt']}")
+            elif name == "queue":
+                log(f"queued job {data['job_id']}")
+            elif name == "prepare_model":
+                log(f"preparing model {data['model']}")
+            elif name == "train":
+                self._task("train", "training (GRPO)", data.get("max_steps"))
+            elif name == "agent":
+                log(f"agent: {data['agent']}")
+        elif event == "turn":
+            log(f"turn {data['turn']}: {', '.join(data['tools']) or '(no tool call)'}")
+        elif event == "validation":
+            verdict = "[green]valid[/]" if data["ok"] else "[red]invalid[/]"
+            log(f"validation attempt {data['attempt']}: {verdict} ({data['seconds']:.1f}s)")
+            for err in data["errors"][:8]:
+                log(f"  - {err}")
+        elif event == "eval":
+            key = data["phase"]
+            label = "pre-eval (hidden)" if key == "pre_eval" else "post-eval (hidden)"
+            task = self._task(key, label, data["total"])
+            self.progress.update(task, completed=data["done"])
+        elif event == "step":
+            task = self._task("train", "training (GRPO)", data.get("max_steps"))
+            info = f"reward {data['reward']:.3f}" if "reward" in data else ""
+            self.progress.update(task, completed=data.get("step", 0), info=info)
+
+
+def summary_table(result: EpisodeResult) -> Table:
+    """The end-of-episode summary."""
+    r, j = result.reward, result.job
+    table = Table(title=f"episode {result.run_id}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+
+    def fmt(x: float | None) -> str:
+        return "—" if x is None else f"{x:.3f}"
+
+    w = r.weights
+    rows = [
+        ("reward", f"{r.total:.3f}  ({r.outcome})"),
+        ("  validation", f"{fmt(r.validation)} × {w['validation']}"),
+        ("  job quality", f"{fmt(r.job_quality)} × {w['job_quality']}"),
+        ("  train speed", f"{fmt(r.train_speed)} × {w['train_speed']}"),
+        ("validation attempts", f"{result.validation.attempts} ({'valid' if result.validation.valid else 'never valid'})"),
+        ("base model", result.model or "—"),
+        ("job status", j.status),
+        ("pre / post score", f"{fmt(j.pre_score)} / {fmt(j.post_score)}  (hidden eval n={j.eval_n})"),
+        ("best_pre", fmt(j.best_pre)),
+        ("uplift", fmt(j.uplift)),
+        ("train wall time", f"{j.train_seconds:.1f} s ({j.train_steps} steps)"),
+        ("agent tokens in / out", f"{result.cost.tokens_in} / {result.cost.tokens_out}"),
+        ("agent USD", f"${result.cost.usd:.4f}"),
+        ("episode wall time", f"{result.wall_seconds:.1f} s"),
+        ("run directory", result.run_dir),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    return table

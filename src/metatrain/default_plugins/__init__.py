@@ -1,0 +1,17 @@
+"""metatrain's own plugins, registered through the same entry point a third party uses."""
+
+from __future__ import annotations
+
+from metatrain.default_plugins.local_provider import LocalProvider
+from metatrain.default_plugins.reference_policy import ReferencePolicyFactory
+from metatrain.hookspecs import Register, hookimpl
+
+
+@hookimpl
+def register_compute_providers(register: Register) -> None:
+    register(LocalProvider())
+
+
+@hookimpl
+def register_policies(register: Register) -> None:
+    register(ReferencePolicyFactory())

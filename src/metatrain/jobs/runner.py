@@ -1,0 +1,183 @@
+"""The runner: one job bundle in, one result directory out (the unit that runs on GPU pods).
+
+Contract (docs/runner.md): ``run_job(bundle_dir, result_dir, device)`` writes into ``result_dir``
+``pre_eval.json``, ``train/metrics.jsonl``, ``train/model/`` (trained weights, safetensors),
+``post_eval.json``, ``logs/*.log`` and ``result.json`` (a ``JobResult``). Pre- and post-eval run in
+fresh processes that load weights only; training runs agent code in the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from metatrain.integrity import training_policy
+from metatrain.jobs.bundle import load_bundle
+from metatrain.procs import die_with_parent
+from metatrain.protocols import ProgressFn
+from metatrain.sandbox import run_sandboxed
+from metatrain.specs import JobResult, PhaseTiming
+
+TRAIN_WALL_SECONDS = {"fast": 900.0, "full": 3600.0}
+
+
+class EvalError(RuntimeError):
+    pass
+
+
+def _noop(event: str, data: dict[str, Any]) -> None:
+    pass
+
+
+def run_eval(model_dir: Path, family: str, budget: str, device: str, out: Path, log: Path,
+             progress: ProgressFn, phase: str, total: int) -> dict[str, Any]:
+    """Score ``model_dir`` on the hidden eval in a fresh process."""
+    cmd = [sys.executable, "-m", "metatrain.training.evaluation", "--model", str(model_dir), "--family", family,
+           "--budget", budget, "--device", device, "--out", str(out)]
+    with log.open("w") as log_fh:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_fh, text=True, preexec_fn=die_with_parent)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log_fh.write(line)
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "eval_batch":
+                progress("eval", {"phase": phase, "done": event["done"], "total": total})
+        code = proc.wait()
+    if code != 0 or not out.exists():
+        tail = log.read_text()[-2000:]
+        raise EvalError(f"{phase} exited with code {code}:\n{tail}")
+    return json.loads(out.read_text())
+
+
+def _tail_metrics(path: Path, stop: threading.Event, progress: ProgressFn) -> None:
+    seen = 0
+    while not stop.is_set():
+        if path.exists():
+            lines = path.read_text().splitlines()
+            for line in lines[seen:]:
+                try:
+                    progress("step", json.loads(line))
+                except json.JSONDecodeError:
+                    break
+                seen += 1
+        stop.wait(1.0)
+
+
+def run_job(bundle_dir: Path, result_dir: Path, device: str = "cpu", progress: ProgressFn | None = None,
+            train_wall_seconds: float | None = None) -> JobResult:
+    """Pre-eval, GRPO training and post-eval for one bundle; never raises for job failures."""
+    from metatrain.models import prepare_model
+
+    progress = progress or _noop
+    started = datetime.now().astimezone()
+    t0 = time.monotonic()
+    manifest = load_bundle(bundle_dir)
+    table = manifest.job.train
+    logs = result_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    train_dir = result_dir / "train"
+    timing = PhaseTiming()
+    base: dict[str, Any] = {"job_id": manifest.job_id, "model": table.model, "device": device,
+                            "eval_n": manifest.eval_n, "started_at": started}
+
+    def finish(**fields: Any) -> JobResult:
+        timing.total = time.monotonic() - t0
+        result = JobResult(**{**base, **fields, "timing": timing, "finished_at": datetime.now().astimezone()})
+        (result_dir / "result.json").write_text(result.model_dump_json(indent=2))
+        return result
+
+    try:
+        progress("phase", {"name": "prepare_model", "model": table.model})
+        model_dir = prepare_model(table.model)
+        progress("phase", {"name": "pre_eval"})
+        t = time.monotonic()
+        pre = run_eval(model_dir, manifest.family, manifest.budget, device, result_dir / "pre_eval.json",
+                       logs / "pre_eval.log", progress, "pre_eval", manifest.eval_n)
+        timing.pre_eval = time.monotonic() - t
+    except Exception as exc:
+        return finish(status="died", error=f"pre-eval failed: {exc}")
+
+    progress("phase", {"name": "train", "max_steps": table.max_steps})
+    t = time.monotonic()
+    stop = threading.Event()
+    tailer = threading.Thread(target=_tail_metrics, args=(train_dir / "metrics.jsonl", stop, progress), daemon=True)
+    tailer.start()
+    wall = train_wall_seconds or TRAIN_WALL_SECONDS.get(manifest.budget, 3600.0)
+    with tempfile.TemporaryDirectory(prefix="metatrain-train-") as scratch:
+        train_dir.mkdir(parents=True, exist_ok=True)
+        res = run_sandboxed(
+            training_policy(bundle_dir, model_dir, train_dir, Path(scratch), wall_seconds=wall,
+                            gpu=device.startswith("cuda")),
+            "metatrain.training.trl_backend:train_job",
+            {"bundle_dir": str(bundle_dir), "out_dir": str(train_dir), "model_dir": str(model_dir),
+             "device": device},
+        )
+    stop.set()
+    tailer.join()
+    timing.train = time.monotonic() - t
+    (logs / "train.stdout.log").write_text(res.stdout)
+    (logs / "train.stderr.log").write_text(res.stderr)
+    if not res.ok:
+        return finish(status="failed", pre_score=pre["score"], train_seconds=timing.train,
+                      error=f"training failed: {res.error}")
+    summary = res.value
+    (train_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    history = summary.get("history", [])
+    try:
+        progress("phase", {"name": "post_eval"})
+        t = time.monotonic()
+        post = run_eval(train_dir / "model", manifest.family, manifest.budget, device,
+                        result_dir / "post_eval.json", logs / "post_eval.log", progress, "post_eval",
+                        manifest.eval_n)
+        timing.post_eval = time.monotonic() - t
+    except Exception as exc:
+        return finish(status="died", pre_score=pre["score"], train_seconds=summary["train_seconds"],
+                      error=f"post-eval failed: {exc}")
+    rewards = [row["reward"] for row in history if "reward" in row]
+    return finish(
+        status="succeeded",
+        pre_score=pre["score"],
+        post_score=post["score"],
+        train_steps=summary["steps"],
+        train_seconds=summary["train_seconds"],
+        train_metrics={
+            "first_reward": rewards[0] if rewards else None,
+            "last_reward": rewards[-1] if rewards else None,
+            "dataset_size": summary.get("dataset_size"),
+            "pre_ci95": pre["ci95"],
+            "post_ci95": post["ci95"],
+            "pre_tool_calls_per_rollout": pre["tool_calls_per_rollout"],
+            "post_tool_calls_per_rollout": post["tool_calls_per_rollout"],
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run one metatrain job bundle")
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("result_dir", type=Path)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    def show(event: str, data: dict[str, Any]) -> None:
+        print(json.dumps({"event": event, **data}), flush=True)
+
+    result = run_job(args.bundle, args.result_dir, args.device, show)
+    print(result.model_dump_json(indent=2))
+    return 0 if result.status == "succeeded" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Inner training on TRL's GRPOTrainer: the agent's verifiers ToolEnv becomes a multi-turn
+tool-calling GRPO run. ``train_job`` is the sandbox target; it imports agent code.
+
+Mapping (DESIGN.md): dataset = ``env.get_dataset()`` (prompts already carry the system prompt);
+tools = ``env.tools``; one TRL reward per rubric function (weights via ``reward_weights``), each
+called with verifiers message objects; ``max_tool_calling_iterations = max_turns - 1``; tool calls
+parsed with the project dialect (``training.dialect``), the same parser the hidden eval uses.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from metatrain.specs import BundleManifest
+from metatrain.training.dialect import install_parser
+from metatrain.training.environment import (
+    RewardFn,
+    call_reward,
+    load_job_environment,
+    to_vf_messages,
+    user_reward_funcs,
+)
+from metatrain.training.table import lora_config, trl_config_kwargs
+
+
+class RewardFunctionError(RuntimeError):
+    """A rubric function raised during training: the job fails with this message."""
+
+
+def _trl_reward(func: RewardFn, parser: Any) -> Any:
+    name = getattr(func, "__name__", "reward")
+
+    def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
+        out: list[float] = []
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            row = {k: (v[i] if isinstance(v, list) and len(v) == len(prompts) else v) for k, v in columns.items()}
+            completion_msgs = to_vf_messages(completion) if isinstance(completion, list) else completion
+            prompt_msgs = to_vf_messages(prompt) if isinstance(prompt, list) else prompt
+            try:
+                out.append(
+                    call_reward(
+                        func,
+                        prompt=prompt_msgs,
+                        completion=completion_msgs,
+                        answer=row.get("answer", ""),
+                        info=row.get("info") or {},
+                        task=row.get("task", "default"),
+                        state={"prompt": prompt_msgs, "completion": completion_msgs, **row},
+                        parser=parser,
+                    )
+                )
+            except Exception as exc:
+                raise RewardFunctionError(f"rubric function {name} raised {type(exc).__name__}: {exc}") from exc
+        return out
+
+    reward.__name__ = name
+    return reward
+
+
+class _MetricsWriter:
+    """Appends TRL's per-step logs to ``metrics.jsonl`` (the parent tails it for progress)."""
+
+    def __init__(self, path: Path, max_steps: int) -> None:
+        self.path = path
+        self.max_steps = max_steps
+        self.t0 = time.monotonic()
+
+    def write(self, step: int, logs: dict[str, Any]) -> None:
+        row = {"step": step, "max_steps": self.max_steps, "elapsed": round(time.monotonic() - self.t0, 3)}
+        row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def _callback(writer: _MetricsWriter) -> Any:
+    from transformers import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and "loss" in logs or logs and any(k.startswith("reward") for k in logs):
+                writer.write(int(state.global_step), dict(logs))
+
+    return MetricsCallback()
+
+
+def train_job(bundle_dir: str, out_dir: str, model_dir: str, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+    """Run GRPO for one bundle; saves merged safetensors weights to ``out_dir/model``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    t0 = time.monotonic()
+    bundle = Path(bundle_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = BundleManifest.model_validate_json((bundle / "bundle.json").read_text())
+    table = manifest.job.train
+    env = load_job_environment(bundle / "workspace", manifest.job)
+    dataset = env.get_dataset()
+    keep = [c for c in dataset.column_names if c in {"prompt", "answer", "info", "task", "example_id"}]
+    dataset = dataset.select_columns(keep)
+    funcs = user_reward_funcs(env)
+    parser = getattr(env, "parser", None)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    install_parser(tokenizer)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, use_safetensors=True)
+    kwargs = trl_config_kwargs(table, output_dir=str(out / "trl"), device=device,
+                               max_turns=int(env.max_turns), seed=seed)
+    kwargs["reward_weights"] = [w for _, w in funcs]
+    writer = _MetricsWriter(out / "metrics.jsonl", table.max_steps)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[_trl_reward(f, parser) for f, _ in funcs],
+        args=GRPOConfig(**kwargs),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(table),
+        tools=list(env.tools),
+        callbacks=[_callback(writer)],
+    )
+    t_train = time.monotonic()
+    trainer.train()
+    train_seconds = time.monotonic() - t_train
+    trained = trainer.model
+    if table.lora is not None:
+        trained = trained.merge_and_unload()
+    trained = trained.to(torch.float32) if not device.startswith("cuda") else trained
+    model_out = out / "model"
+    trained.save_pretrained(model_out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(model_out)
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
+    return {
+        "train_seconds": train_seconds,
+        "setup_seconds": t_train - t0,
+        "steps": int(trainer.state.global_step),
+        "dataset_size": len(dataset),
+        "history": history,
+    }
