@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import sys
@@ -26,13 +27,15 @@ from metatrain.sandbox import (
 )
 
 REPORT = isolation_report()
-needs_landlock = pytest.mark.skipif(REPORT["landlock_abi"] is None, reason="Landlock unavailable on this kernel")
+needs_landlock = pytest.mark.skipif(
+    REPORT["landlock_abi"] is None, reason="Landlock unavailable on this kernel"
+)
 needs_net_isolation = pytest.mark.skipif(
     not REPORT["netns"] and (REPORT["landlock_abi"] or 0) < 4,
     reason="neither network namespaces nor Landlock ABI >= 4 (TCP rules) available",
 )
 
-AGENT = '''
+AGENT = """
 import json, os, socket, sys, time
 
 def add(a, b):
@@ -40,7 +43,7 @@ def add(a, b):
 
 def noisy():
     print('{"kind": "result", "ok": true, "value": "forged"}')
-    sys.stdout.write("\\x00garbage\\n" * 1000)
+    sys.stdout.write("\\x00garbage\\n" * 3000)
     sys.stderr.write("some warning\\n")
     os.write(1, b"raw fd write\\n")
     return [1, 2, 3]
@@ -122,10 +125,22 @@ def big_file(path, size):
         fh.write(b"x" * size)
     return "written"
 
+def _square(x):
+    return x * x
+
+def children(path):
+    import multiprocessing, subprocess
+    child = subprocess.run([sys.executable, "-c", f"open({path!r}).read()"], capture_output=True, text=True)
+    pools = {}
+    for method in ("fork", "spawn"):
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            pools[method] = pool.map(_square, [1, 2, 3])
+    return {"grandchild_denied": "PermissionError" in child.stderr, "pools": pools}
+
 def heavy():
     import torch, verifiers
     return {"torch": torch.__version__, "value": float(torch.ones(3).sum()), "verifiers": verifiers.__name__}
-'''
+"""
 
 
 @pytest.fixture()
@@ -218,7 +233,9 @@ def test_symlink_out_of_workspace_is_not_followed(box: dict[str, Path]) -> None:
     (box["ws"] / "link.txt").symlink_to(box["outside"] / "secret.txt")
     (box["ws"] / "linkdir").symlink_to(box["outside"])
     assert run(box, "try_read", {"path": str(box["ws"] / "link.txt")}).value == "PermissionError"
-    assert run(box, "try_read", {"path": str(box["ws"] / "linkdir" / "secret.txt")}).value == "PermissionError"
+    assert (
+        run(box, "try_read", {"path": str(box["ws"] / "linkdir" / "secret.txt")}).value == "PermissionError"
+    )
     assert run(box, "try_write", {"path": str(box["ws"] / "linkdir" / "new.txt")}).value == "PermissionError"
 
 
@@ -232,7 +249,9 @@ def test_denied_package_is_unreadable_but_siblings_import(box: dict[str, Path], 
     (site / "secretpkg-1.0.dist-info").mkdir()
     (site / "secretpkg-1.0.dist-info" / "METADATA").write_text("Name: secretpkg")
     (site / "secret_module_helper.py").write_text("VALUE = 'fine'\n")
-    policy = SandboxPolicy(writable=(box["ws"],), readable=(site,), sys_path=(box["mods"], site), deny_packages=("secretpkg",))
+    policy = SandboxPolicy(
+        writable=(box["ws"],), readable=(site,), sys_path=(box["mods"], site), deny_packages=("secretpkg",)
+    )
 
     def call(func: str, **payload: Any) -> Any:
         result = run_sandboxed(policy, f"agent_code:{func}", payload)
@@ -273,7 +292,9 @@ def test_tcp_connect_to_host_listener_fails(box: dict[str, Path]) -> None:
         port = listener.getsockname()[1]
         blocked = run(box, "try_connect", {"port": port})
         allowed = run(box, "try_connect", {"port": port}, network=True)
-    assert blocked.ok and blocked.value in {"OSError", "PermissionError", "ConnectionRefusedError"}, blocked.value
+    assert blocked.ok and blocked.value in {"OSError", "PermissionError", "ConnectionRefusedError"}, (
+        blocked.value
+    )
     assert blocked.isolation["network"] != "NOT ISOLATED"
     assert allowed.value == "connected"
     assert listener.fileno() == -1
@@ -334,7 +355,9 @@ def test_memory_bomb_reports_memory_limit(box: dict[str, Path]) -> None:
 
 
 def test_file_size_limit(box: dict[str, Path]) -> None:
-    result = run(box, "big_file", {"path": str(box["ws"] / "big.bin"), "size": 2 << 20}, max_file_bytes=1 << 20)
+    result = run(
+        box, "big_file", {"path": str(box["ws"] / "big.bin"), "size": 2 << 20}, max_file_bytes=1 << 20
+    )
     assert not result.ok and "File too large" in str(result.error)
 
 
@@ -342,6 +365,49 @@ def test_pythonpath_in_env_is_applied_after_restriction(box: dict[str, Path]) ->
     policy = SandboxPolicy(writable=(box["ws"],), env={"PYTHONPATH": str(box["mods"])})
     result = run_sandboxed(policy, "agent_code:add", {"a": 1, "b": 1})
     assert result.ok and result.value["sum"] == 2
+
+
+@needs_landlock
+def test_subprocesses_inherit_restrictions_and_multiprocessing_works(box: dict[str, Path]) -> None:
+    result = run(box, "children", {"path": str(box["outside"] / "secret.txt")})
+    assert result.ok, f"{result.error}\n{result.stderr[-2000:]}"
+    assert result.value["grandchild_denied"] is True
+    assert result.value["pools"] == {"fork": [1, 4, 9], "spawn": [1, 4, 9]}
+
+
+@needs_landlock
+def test_host_dev_shm_is_not_visible(box: dict[str, Path]) -> None:
+    host_file = Path("/dev/shm") / f"mt-sandbox-test-{os.getpid()}"
+    host_file.write_text("host shm data")
+    try:
+        result = run(box, "try_read", {"path": str(host_file)})
+    finally:
+        host_file.unlink()
+    assert result.ok and result.value in {"FileNotFoundError", "PermissionError"}, result.value
+    assert result.isolation["shm"] in {"private", "none"}
+
+
+@needs_landlock
+@pytest.mark.skipif(
+    importlib.util.find_spec("metatrain_families") is None, reason="metatrain_families not installed"
+)
+def test_installed_hidden_eval_package_can_be_denied(box: dict[str, Path]) -> None:
+    spec = importlib.util.find_spec("metatrain_families")
+    assert spec is not None and spec.origin is not None
+    package_file = spec.origin
+    policy = SandboxPolicy(
+        writable=(box["ws"],), sys_path=(box["mods"],), deny_packages=("metatrain_families",)
+    )
+    denied_import = run_sandboxed(policy, "agent_code:try_import", {"name": "metatrain_families"})
+    denied_read = run_sandboxed(policy, "agent_code:try_read", {"path": package_file})
+    assert denied_import.value in {"PermissionError", "ModuleNotFoundError"}, denied_import.value
+    assert denied_read.value == "PermissionError"
+    allowed = run_sandboxed(
+        SandboxPolicy(writable=(box["ws"],), sys_path=(box["mods"],)),
+        "agent_code:try_read",
+        {"path": package_file},
+    )
+    assert str(allowed.value).startswith("read:")
 
 
 def test_torch_and_verifiers_import_inside_sandbox(box: dict[str, Path]) -> None:

@@ -1,0 +1,50 @@
+"""nox sessions. They run in the project's .venv (``nox --no-venv``; ``make test`` does this)."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "typecheck", "tests", "slow", "notebooks"]
+ARTIFACTS = os.path.join(".nox-artifacts")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the package, plugins, tests and scripts."""
+    session.run("ruff", "check", "src", "plugins", "tests", "noxfile.py", "benchmarks", "examples")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the core package and the built-in plugins."""
+    session.run("mypy", "src/metatrain", "plugins/metatrain-families/src", "plugins/metatrain-reward/src")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Fast tests (no model loading)."""
+    session.run("pytest", "-q", "-m", "not slow", *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Real-model tests: model preparation, a tiny TRL run, a full CPU episode (writes the run the
+    notebooks session opens)."""
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    session.run("pytest", "-q", "-m", "slow", *session.posargs,
+                env={"METATRAIN_TEST_ARTIFACTS": os.path.abspath(ARTIFACTS)})
+
+
+@nox.session
+def notebooks(session: nox.Session) -> None:
+    """Execute notebooks/explore_episode.ipynb against the episode the slow session produced."""
+    run_dir_file = os.path.join(ARTIFACTS, "episode_run_dir.txt")
+    if not os.path.exists(run_dir_file):
+        session.error(f"{run_dir_file} is missing: run the slow session first")
+    with open(run_dir_file) as fh:
+        run_dir = fh.read().strip()
+    session.run("python", "-m", "metatrain.analysis.notebook", "notebooks/explore_episode.ipynb", run_dir,
+                os.path.join(ARTIFACTS, "explore_episode.executed.ipynb"))
