@@ -65,12 +65,13 @@ def _restrict(config: dict[str, Any]) -> dict[str, Any]:
     netns = linux.net_namespace()
     info["netns"] = bool(netns and config["parent_netns"] and netns != config["parent_netns"])
     rules = [(str(p), str(m)) for p, m in config["rules"]]
-    shm_dev = linux.device_id("/dev/shm")
-    if shm_dev is not None and shm_dev != config["host_shm_dev"]:
+    private = {p for p, dev in config["host_devs"].items() if linux.device_id(p) not in (None, dev)}
+    if "/dev/shm" in private:
         info["shm"] = "private"
         rules.append(("/dev/shm", "rw"))
     else:
         info["shm"] = "host" if any(p == "/dev/shm" for p, _ in rules) else "none"
+    info["hidden"] = sorted(private - {"/dev/shm"})
     if landlock.abi_version() is None:
         info.update(landlock_abi=None, landlock="unavailable")
         landlock.set_no_new_privs()
@@ -84,6 +85,9 @@ def _restrict(config: dict[str, Any]) -> dict[str, Any]:
         name for name, on in (("netns", info["netns"]), ("landlock-tcp", info["landlock_tcp_denied"])) if on
     ]
     info["network"] = "allowed" if config["network"] else "+".join(layers) or "NOT ISOLATED"
+    info["filesystem"] = "landlock" if info["landlock_abi"] else "NOT ISOLATED"
+    weak = info["filesystem"] != "landlock" or info["network"] == "NOT ISOLATED"
+    info["level"] = "degraded" if weak or not info["capabilities_dropped"] else "full"
     info["env_dropped"] = config["env_dropped"]
     return info
 

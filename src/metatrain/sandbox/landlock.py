@@ -62,6 +62,7 @@ class PathBeneathAttr(ctypes.Structure):
     """struct landlock_path_beneath_attr, packed: {u64 allowed_access; s32 parent_fd}."""
 
     _pack_ = 1
+    _layout_ = "ms"  # keeps _pack_ meaningful (and warning-free) on Python >= 3.14
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 

@@ -10,7 +10,7 @@ import os
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
 
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
@@ -53,23 +53,35 @@ def unshare_network() -> str:
     return ""
 
 
-def private_shm(size_bytes: int) -> bool:
-    """Give this process a private mount namespace with a fresh, size-capped tmpfs on /dev/shm.
+def private_mounts(shm_bytes: int, hide: tuple[str, ...]) -> bool:
+    """Enter a private mount namespace: fresh tmpfs on /dev/shm, empty read-only tmpfs over ``hide``.
 
-    Nothing propagates back to the host (mounts are made private first).  Best effort: returns
-    False when the mount namespace or the mount is not permitted.
+    ``shm_bytes`` caps the /dev/shm tmpfs (0: leave /dev/shm alone).  Hiding e.g. /run keeps
+    pathname UNIX sockets there (docker, dbus, databases) out of reach; Landlock ABI 7 does not
+    cover connect() on them.  Nothing propagates to the host (mounts are made private first).
+    Best effort: returns False when the namespace or a mount is not permitted.
     """
     lib = libc()
     if lib.unshare(CLONE_NEWNS) != 0:
         return False
     if lib.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
-    options = f"size={size_bytes},mode=1777".encode()
-    return lib.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) == 0
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    ok = True
+    if shm_bytes > 0:
+        options = f"size={shm_bytes},mode=1777".encode()
+        ok = lib.mount(b"tmpfs", b"/dev/shm", b"tmpfs", flags, options) == 0
+    for path in hide:
+        if os.path.isdir(path):
+            ok = (
+                lib.mount(b"tmpfs", path.encode(), b"tmpfs", flags | MS_RDONLY, b"size=4k,mode=755") == 0
+                and ok
+            )
+    return ok
 
 
 def device_id(path: str) -> int | None:
-    """st_dev of ``path`` (tells a private /dev/shm from the host's), or None if missing."""
+    """st_dev of ``path`` (tells a private mount from the host's), or None if missing."""
     try:
         return os.stat(path).st_dev
     except OSError:

@@ -32,6 +32,7 @@ from metatrain.sandbox.policy import (
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 OUTPUT_LIMIT = 20_000
+HIDE_DIRS = ("/run",)  # covered by an empty tmpfs in the child: no host UNIX sockets
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 SECRET_PREFIXES = ("sk-", "ghp_", "gho_", "ghs_", "github_pat_", "hf_", "xoxb-", "xoxp-", "glpat-", "AKIA")
@@ -145,8 +146,10 @@ def _rlimits(policy: SandboxPolicy) -> dict[str, tuple[int, int]]:
     return limits
 
 
-def _preexec(limits: dict[str, tuple[int, int]], isolate_net: bool, shm_bytes: int) -> None:
-    """Runs in the forked child before exec: rlimits, a fresh netns, a private /dev/shm.
+def _preexec(
+    limits: dict[str, tuple[int, int]], isolate_net: bool, shm_bytes: int, hide: tuple[str, ...]
+) -> None:
+    """Runs in the forked child before exec: rlimits, a fresh netns, private /dev/shm and /run.
 
     Namespace steps are best effort; the child checks and reports what took effect.
     """
@@ -154,8 +157,20 @@ def _preexec(limits: dict[str, tuple[int, int]], isolate_net: bool, shm_bytes: i
         resource.setrlimit(getattr(resource, name), value)
     if isolate_net:
         linux.unshare_network()
-    if shm_bytes > 0:
-        linux.private_shm(shm_bytes)
+    if shm_bytes > 0 or hide:
+        linux.private_mounts(shm_bytes, hide)
+
+
+def _hidden_dirs(policy: SandboxPolicy) -> tuple[str, ...]:
+    """HIDE_DIRS that no policy path lives under (those stay visible)."""
+    keep = [*policy.writable, *policy.readable, *policy.sys_path, Path("/dev/shm"), Path("/etc/resolv.conf")]
+    used = [p.resolve() for p in keep]
+    hide = []
+    for name in HIDE_DIRS:
+        real = Path(name).resolve()
+        if os.path.isdir(real) and not any(p == real or real in p.parents for p in used):
+            hide.append(str(real))
+    return tuple(hide)
 
 
 def _validate(target: str, payload: Any) -> str:
@@ -220,13 +235,14 @@ def run_sandboxed(policy: SandboxPolicy, target: str, payload: dict[str, Any]) -
     try:
         env, dropped = build_env(policy, private_tmp)
         append = [] if self_root_on_default_path() else [str(self_import_root())]
+        hide = _hidden_dirs(policy)
         config = {
             "target": target,
             "result_fd": write_fd,
             "rules": compile_rules(policy, private_tmp),
             "network": policy.network,
             "parent_netns": linux.net_namespace(),
-            "host_shm_dev": linux.device_id("/dev/shm"),
+            "host_devs": {p: linux.device_id(p) for p in ("/dev/shm", *hide)},
             "sys_path": [str(p) for p in child_sys_path(policy)],
             "sys_path_append": append,
             "env_dropped": dropped,
@@ -235,6 +251,8 @@ def run_sandboxed(policy: SandboxPolicy, target: str, payload: dict[str, Any]) -
         config_path = rundir / "config.json"
         config_path.write_text(f'{json.dumps(config)[:-1]}, "payload": {payload_json}}}', encoding="utf-8")
         cwd = policy.cwd or (policy.writable[0] if policy.writable else private_tmp)
+        if not Path(cwd).is_dir():
+            raise SandboxError(f"cwd {cwd} is not an existing directory")
         sink: list[bytes] = []
         with (
             config_path.open("rb") as stdin,
@@ -251,7 +269,7 @@ def run_sandboxed(policy: SandboxPolicy, target: str, payload: dict[str, Any]) -
                 pass_fds=(write_fd,),
                 start_new_session=True,
                 preexec_fn=functools.partial(
-                    _preexec, _rlimits(policy), not policy.network, policy.shm_bytes
+                    _preexec, _rlimits(policy), not policy.network, policy.shm_bytes, hide
                 ),
             )
         os.close(write_fd)
@@ -302,7 +320,7 @@ def _result(
 ) -> SandboxResult:
     isolation = dict(messages.get("isolation", {}).get("isolation", {}))
     if not isolation:
-        isolation = {"applied": False, "host": isolation_report()}
+        isolation = {"applied": False, "level": "unknown", "host": isolation_report()}
     final = messages.get("result")
     ok = final is not None and final.get("ok") is True and code == 0 and not timed_out
     error: str | None = None
@@ -317,5 +335,7 @@ def _result(
         tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
         if tail:
             error += f": {tail[0]}"
+    elif not ok:
+        error = f"child exited with code {code}"
     value = final.get("value") if ok and final is not None else None
     return SandboxResult(ok, value, error, code, stdout, stderr, round(wall, 3), isolation)

@@ -1,0 +1,96 @@
+"""Real-model tests: a tiny TRL GRPO run in the sandbox, the hidden eval, and a full CPU episode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from metatrain.integrity import training_policy
+from metatrain.jobs.bundle import make_bundle
+from metatrain.protocols import TaskFamily
+from metatrain.sandbox import run_sandboxed
+from metatrain.specs import TaskSpec, parse_job_toml
+
+pytestmark = pytest.mark.slow
+SECRET = "sk-or-v1-test-secret-that-must-not-leak-0123456789"
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    from metatrain.models import prepare_model
+
+    return prepare_model("smollm2-135m")
+
+
+def test_tiny_trl_grpo_run_on_cpu(smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec,
+                                  tmp_path: Path) -> None:
+    job_file = reference_workspace / "job.toml"
+    text = (job_file.read_text().replace("max_steps = 2", "max_steps = 1").replace("batch_size = 2", "batch_size = 1")
+            .replace("rollouts_per_example = 4", "rollouts_per_example = 2").replace("max_tokens = 96", "max_tokens = 24"))
+    job_file.write_text(text)
+    bundle = make_bundle(tmp_path / "bundle", reference_workspace, parse_job_toml(text), fast_spec, "j", "r")
+    out = tmp_path / "out"
+    out.mkdir()
+    with tempfile.TemporaryDirectory() as scratch:
+        res = run_sandboxed(
+            training_policy(bundle, smollm2, out, Path(scratch), wall_seconds=600, gpu=False),
+            "metatrain.training.trl_backend:train_job",
+            {"bundle_dir": str(bundle), "out_dir": str(out), "model_dir": str(smollm2), "device": "cpu"},
+        )
+    assert res.ok, res.error
+    assert res.value["steps"] == 1
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[0]["step"] == 1 and "reward" in rows[0]
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
+    assert sum(p.numel() for p in model.parameters()) > 100_000_000
+
+
+def test_hidden_eval_scores_the_base_model(smollm2: Path, calc_chain: TaskFamily) -> None:
+    from metatrain.training.evaluation import evaluate
+
+    report = evaluate(calc_chain, "fast", smollm2, limit=4, batch_size=4)
+    assert report.n == 4 and 0.0 <= report.score <= 1.0
+    assert report.ci95[0] <= report.score <= report.ci95[1]
+
+
+def test_full_episode_from_the_cli(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    out = tmp_path / "episode.json"
+    env = {**os.environ, "OPENROUTER_API_KEY": SECRET}
+    proc = subprocess.run(
+        [sys.executable, "-m", "metatrain.cli.app", "episode", "--family", "calc_chain", "--agent", "reference",
+         "--provider", "local", "--budget", "fast", "--runs", str(runs), "--json", str(out)],
+        env=env, capture_output=True, text=True, timeout=2400,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for key in ("run_id", "family", "agent", "provider", "model", "wall_seconds", "run_dir"):
+        assert key in result
+    assert result["validation"] == {"attempts": 1, "valid": True, "errors": []}
+    assert result["job"]["status"] == "succeeded"
+    assert result["job"]["post_score"] is not None and result["job"]["eval_n"] == 48
+    assert set(result["reward"]["weights"]) == {"validation", "job_quality", "train_speed"}
+    assert result["cost"] == {"tokens_in": 0, "tokens_out": 0, "usd": 0.0}
+    run_dir = Path(result["run_dir"])
+    for rel in ("trajectory.jsonl", "manifest.json", "result.json", "workspace/env.py", "workspace/job.toml",
+                "job/bundle/bundle.json", "job/result/result.json", "job/result/train/metrics.jsonl",
+                "job/result/pre_eval.json", "job/result/post_eval.json", "job/result/logs/train.stderr.log"):
+        assert (run_dir / rel).exists(), rel
+    for path in [*run_dir.rglob("*"), *runs.rglob("*.json*")]:
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert SECRET.encode() not in path.read_bytes(), f"secret leaked into {path}"
+    assert "reward" in proc.stdout and "run directory" in proc.stdout
+    artifacts = os.environ.get("METATRAIN_TEST_ARTIFACTS")
+    if artifacts:
+        dest = Path(artifacts) / "episode-run"
+        subprocess.run(["rm", "-rf", str(dest)], check=True)
+        subprocess.run(["cp", "-r", str(run_dir), str(dest)], check=True)
+        (Path(artifacts) / "episode_run_dir.txt").write_text(str(dest))
