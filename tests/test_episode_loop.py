@@ -27,8 +27,14 @@ class ScriptedPolicy:
     def next_turn(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> PolicyTurn:
         self.seen.append(list(messages))
         content, calls = self.turns.pop(0) if self.turns else ("nothing more to say", [])
-        return PolicyTurn(content=content, tool_calls=tuple(ToolCall(f"c{i}", n, a) for i, (n, a) in enumerate(calls)),
-                          tokens_in=100, tokens_out=10, usd=0.001, model="scripted")
+        return PolicyTurn(
+            content=content,
+            tool_calls=tuple(ToolCall(f"c{i}", n, a) for i, (n, a) in enumerate(calls)),
+            tokens_in=100,
+            tokens_out=10,
+            usd=0.001,
+            model="scripted",
+        )
 
 
 @attrs.frozen
@@ -58,12 +64,15 @@ def config(tmp_path: Path, **kw: Any) -> EpisodeConfig:
 
 
 def test_no_parseable_submission_scores_minus_point_one(tmp_path: Path) -> None:
-    policy = ScriptedPolicy([("I will think about it.", []), ("Still thinking.", []),
-                             ("ok", [("list_files", "{}")])])
+    policy = ScriptedPolicy(
+        [("I will think about it.", []), ("Still thinking.", []), ("ok", [("list_files", "{}")])]
+    )
     result = run_episode(config(tmp_path, max_turns=6, max_nudges=2), manager(policy))
     assert result.reward.total == -0.1 and result.reward.outcome == "no_submission"
     assert result.validation.attempts == 0 and result.job.status == "not_run"
-    assert result.cost.tokens_in == 100 * result.turns and result.cost.usd == pytest.approx(0.001 * result.turns)
+    assert result.cost.tokens_in == 100 * result.turns and result.cost.usd == pytest.approx(
+        0.001 * result.turns
+    )
     assert any(m.get("content") == NUDGE for m in policy.seen[-1])
     traj = [json.loads(line) for line in (Path(result.run_dir) / "trajectory.jsonl").read_text().splitlines()]
     assert [t["type"] for t in traj].count("nudge") == 2
@@ -88,8 +97,9 @@ def test_missing_job_file_is_not_parseable(tmp_path: Path) -> None:
 
 
 def test_agent_tool_errors_are_returned_not_raised(tmp_path: Path) -> None:
-    policy = ScriptedPolicy([("bad", [("read_file", '{"path": "/etc/passwd"}'), ("nope", "{}"),
-                                      ("write_file", "{not json")])])
+    policy = ScriptedPolicy(
+        [("bad", [("read_file", '{"path": "/etc/passwd"}'), ("nope", "{}"), ("write_file", "{not json")])]
+    )
     result = run_episode(config(tmp_path, max_turns=1), manager(policy))
     traj = [json.loads(line) for line in (Path(result.run_dir) / "trajectory.jsonl").read_text().splitlines()]
     tool_msgs = [t for t in traj if t["type"] == "tool_result"]

@@ -48,8 +48,13 @@ def test_builtins_come_from_their_own_distributions() -> None:
     assert sources[("policies", "reference")] == "metatrain"
 
 
-EXPECTED = {"task_families": "toy_family", "compute_providers": "toy_provider", "reward_schemes": "toy_reward",
-            "outer_trainers": "toy_trainer", "policies": "toy_policy"}
+EXPECTED = {
+    "task_families": "toy_family",
+    "compute_providers": "toy_provider",
+    "reward_schemes": "toy_reward",
+    "outer_trainers": "toy_trainer",
+    "policies": "toy_policy",
+}
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -65,7 +70,9 @@ def test_duplicate_names_name_both_sources() -> None:
     pm = PluginManager()
     pm.register(ThrowawayPlugin(), name="one", distribution="dist-one")
     pm.register(ThrowawayPlugin(), name="two", distribution="dist-two")
-    with pytest.raises(PluginError, match=r"duplicate task_families name 'toy_family'.*dist-(one|two).*dist-(one|two)"):
+    with pytest.raises(
+        PluginError, match=r"duplicate task_families name 'toy_family'.*dist-(one|two).*dist-(one|two)"
+    ):
         pm.registrations("task_families")
 
 

@@ -24,8 +24,11 @@ def patch_env(ws: Path, prefix: str = "", rubric_extra: str = "") -> None:
     if prefix:
         text = text.replace("import verifiers as vf", "import verifiers as vf\n" + prefix, 1)
     if rubric_extra:
-        text = text.replace('def correct_answer(completion, answer, **kwargs) -> float:\n',
-                            'def correct_answer(completion, answer, **kwargs) -> float:\n' + rubric_extra, 1)
+        text = text.replace(
+            "def correct_answer(completion, answer, **kwargs) -> float:\n",
+            "def correct_answer(completion, answer, **kwargs) -> float:\n" + rubric_extra,
+            1,
+        )
     env.write_text(text)
 
 
@@ -43,8 +46,9 @@ def test_hidden_eval_generator_is_unreachable(reference_workspace: Path, fast_sp
     assert errors and "metatrain_families" in errors[0]
 
 
-def test_reading_outside_the_workspace_is_refused(reference_workspace: Path, fast_spec: TaskSpec,
-                                                  tmp_path: Path) -> None:
+def test_reading_outside_the_workspace_is_refused(
+    reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
+) -> None:
     secret = tmp_path / "outside.txt"
     secret.write_text("hidden eval answers")
     patch_env(reference_workspace, f"open({str(secret)!r}).read()\n")
@@ -62,7 +66,10 @@ def test_network_is_refused(reference_workspace: Path, fast_spec: TaskSpec) -> N
     t = threading.Thread(target=lambda: accepted.append(_accept(server)), daemon=True)
     t.start()
     try:
-        patch_env(reference_workspace, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\n")
+        patch_env(
+            reference_workspace,
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\n",
+        )
         errors = probe(reference_workspace, fast_spec)
     finally:
         server.close()
@@ -80,8 +87,9 @@ def _accept(server: socket.socket) -> object:
         return None
 
 
-def test_secrets_do_not_reach_agent_code(reference_workspace: Path, fast_spec: TaskSpec,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secrets_do_not_reach_agent_code(
+    reference_workspace: Path, fast_spec: TaskSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-v1-shouldneverleak")
     monkeypatch.setenv("HARMLESS_LOOKING", "sk-or-v1-shouldneverleak")
     patch_env(reference_workspace, "import os\nraise RuntimeError(repr(sorted(os.environ.items())))\n")
@@ -104,8 +112,11 @@ def test_raising_rubric_is_a_failure_not_a_zero(reference_workspace: Path, fast_
 
 def test_tool_interface_must_match(reference_workspace: Path, fast_spec: TaskSpec) -> None:
     env = reference_workspace / "env.py"
-    env.write_text(env.read_text().replace("tools=[add, subtract, multiply]", "tools=[add, subtract]")
-                   .replace("def multiply(a: int, b: int)", "def multiply(a: int, b: str)"))
+    env.write_text(
+        env.read_text()
+        .replace("tools=[add, subtract, multiply]", "tools=[add, subtract]")
+        .replace("def multiply(a: int, b: int)", "def multiply(a: int, b: str)")
+    )
     errors = probe(reference_workspace, fast_spec)
     assert any("lacks eval tool 'multiply'" in e for e in errors)
 
@@ -124,7 +135,9 @@ def test_empty_dataset_is_refused(reference_workspace: Path, fast_spec: TaskSpec
     assert errors and "empty" in " ".join(errors)
 
 
-def test_unparseable_job_is_reported_without_running_code(reference_workspace: Path, fast_spec: TaskSpec) -> None:
+def test_unparseable_job_is_reported_without_running_code(
+    reference_workspace: Path, fast_spec: TaskSpec
+) -> None:
     (reference_workspace / "job.toml").write_text("family = [")
     outcome = validate_submission(Workspace(reference_workspace), fast_spec)
     assert not outcome.parseable and "not valid TOML" in outcome.report.errors[0]

@@ -25,7 +25,9 @@ def bundle(tmp_path: Path, name: str = "b") -> Path:
 
 
 def ok_result(job_id: str) -> JobResult:
-    return JobResult(job_id=job_id, status="succeeded", model="m", device="cpu", pre_score=0.1, post_score=0.2)
+    return JobResult(
+        job_id=job_id, status="succeeded", model="m", device="cpu", pre_score=0.1, post_score=0.2
+    )
 
 
 def test_enqueue_is_idempotent_and_claim_is_exclusive(tmp_path: Path) -> None:
@@ -150,8 +152,10 @@ def test_concurrent_workers_run_each_job_once(tmp_path: Path, n_workers: int) ->
         q.enqueue(bundle(tmp_path, f"b{i}"), f"j{i}")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(q.root), str(tmp_path / f"m{w}"), "0.2"])
-             for w in range(n_workers)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(q.root), str(tmp_path / f"m{w}"), "0.2"])
+        for w in range(n_workers)
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0
     assert sorted(q.ids("done")) == [f"j{i}" for i in range(6)]

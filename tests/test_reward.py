@@ -7,9 +7,9 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from metatrain_reward import DefaultReward
 
 from metatrain.protocols import RewardInputs
-from metatrain_reward import DefaultReward
 
 R = DefaultReward()
 score = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
@@ -18,8 +18,16 @@ seconds = st.floats(min_value=0.0, max_value=10_000.0, allow_nan=False)
 
 
 def inputs(**kw: object) -> RewardInputs:
-    base: dict[str, object] = dict(any_parseable=True, attempts=1, valid=True, job_status="succeeded", post=0.5,
-                                   best_pre=0.3, train_seconds=90.0, budget="fast")
+    base: dict[str, object] = dict(
+        any_parseable=True,
+        attempts=1,
+        valid=True,
+        job_status="succeeded",
+        post=0.5,
+        best_pre=0.3,
+        train_seconds=90.0,
+        budget="fast",
+    )
     base.update(kw)
     return RewardInputs(**base)  # type: ignore[arg-type]
 
@@ -80,14 +88,19 @@ def test_bounds(post: float, best: float, a: int, s: float) -> None:
 @given(p1=score, p2=score, best=score)
 def test_monotone_in_post(p1: float, p2: float, best: float) -> None:
     lo, hi = sorted((p1, p2))
-    assert R.compute(inputs(post=lo, best_pre=best)).total <= R.compute(inputs(post=hi, best_pre=best)).total + 1e-12
+    assert (
+        R.compute(inputs(post=lo, best_pre=best)).total
+        <= R.compute(inputs(post=hi, best_pre=best)).total + 1e-12
+    )
 
 
 @given(a1=attempts, a2=attempts, post=score, best=score)
 def test_fewer_attempts_never_worse(a1: int, a2: int, post: float, best: float) -> None:
     lo, hi = sorted((a1, a2))
-    assert R.compute(inputs(attempts=lo, post=post, best_pre=best)).total >= R.compute(
-        inputs(attempts=hi, post=post, best_pre=best)).total - 1e-12
+    assert (
+        R.compute(inputs(attempts=lo, post=post, best_pre=best)).total
+        >= R.compute(inputs(attempts=hi, post=post, best_pre=best)).total - 1e-12
+    )
 
 
 @given(s1=seconds, s2=seconds)
@@ -97,7 +110,9 @@ def test_faster_never_worse(s1: float, s2: float) -> None:
 
 
 @given(post=score, best=score, a=attempts)
-def test_any_validated_job_beats_never_valid_unless_quality_negative(post: float, best: float, a: int) -> None:
+def test_any_validated_job_beats_never_valid_unless_quality_negative(
+    post: float, best: float, a: int
+) -> None:
     ok = R.compute(inputs(post=post, best_pre=best, attempts=a))
     never = R.compute(inputs(valid=False, attempts=a, job_status=None, post=None))
     if ok.job_quality >= 0:

@@ -28,11 +28,17 @@ def smollm2() -> Path:
     return prepare_model("smollm2-135m")
 
 
-def test_tiny_trl_grpo_run_on_cpu(smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec,
-                                  tmp_path: Path) -> None:
+def test_tiny_trl_grpo_run_on_cpu(
+    smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
+) -> None:
     job_file = reference_workspace / "job.toml"
-    text = (job_file.read_text().replace("max_steps = 2", "max_steps = 1").replace("batch_size = 2", "batch_size = 1")
-            .replace("rollouts_per_example = 4", "rollouts_per_example = 2").replace("max_tokens = 96", "max_tokens = 24"))
+    text = (
+        job_file.read_text()
+        .replace("max_steps = 2", "max_steps = 1")
+        .replace("batch_size = 2", "batch_size = 1")
+        .replace("rollouts_per_example = 4", "rollouts_per_example = 2")
+        .replace("max_tokens = 96", "max_tokens = 24")
+    )
     job_file.write_text(text)
     bundle = make_bundle(tmp_path / "bundle", reference_workspace, parse_job_toml(text), fast_spec, "j", "r")
     out = tmp_path / "out"
@@ -66,9 +72,28 @@ def test_full_episode_from_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "episode.json"
     env = {**os.environ, "OPENROUTER_API_KEY": SECRET}
     proc = subprocess.run(
-        [sys.executable, "-m", "metatrain.cli.app", "episode", "--family", "calc_chain", "--agent", "reference",
-         "--provider", "local", "--budget", "fast", "--runs", str(runs), "--json", str(out)],
-        env=env, capture_output=True, text=True, timeout=2400,
+        [
+            sys.executable,
+            "-m",
+            "metatrain.cli.app",
+            "episode",
+            "--family",
+            "calc_chain",
+            "--agent",
+            "reference",
+            "--provider",
+            "local",
+            "--budget",
+            "fast",
+            "--runs",
+            str(runs),
+            "--json",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -80,9 +105,19 @@ def test_full_episode_from_the_cli(tmp_path: Path) -> None:
     assert set(result["reward"]["weights"]) == {"validation", "job_quality", "train_speed"}
     assert result["cost"] == {"tokens_in": 0, "tokens_out": 0, "usd": 0.0}
     run_dir = Path(result["run_dir"])
-    for rel in ("trajectory.jsonl", "manifest.json", "result.json", "workspace/env.py", "workspace/job.toml",
-                "job/bundle/bundle.json", "job/result/result.json", "job/result/train/metrics.jsonl",
-                "job/result/pre_eval.json", "job/result/post_eval.json", "job/result/logs/train.stderr.log"):
+    for rel in (
+        "trajectory.jsonl",
+        "manifest.json",
+        "result.json",
+        "workspace/env.py",
+        "workspace/job.toml",
+        "job/bundle/bundle.json",
+        "job/result/result.json",
+        "job/result/train/metrics.jsonl",
+        "job/result/pre_eval.json",
+        "job/result/post_eval.json",
+        "job/result/logs/train.stderr.log",
+    ):
         assert (run_dir / rel).exists(), rel
     for path in [*run_dir.rglob("*"), *runs.rglob("*.json*")]:
         if path.is_file() and path.stat().st_size < 50_000_000:

@@ -49,15 +49,21 @@ def test_malformed_job_files(job_text: str) -> None:
 
 
 def test_out_of_bounds_job_files(spec: TaskSpec, job_text: str) -> None:
-    job = parse_job_toml(job_text.replace("max_steps = 2", "max_steps = 500").replace("smollm2-135m", "gpt-5"))
+    job = parse_job_toml(
+        job_text.replace("max_steps = 2", "max_steps = 500").replace("smollm2-135m", "gpt-5")
+    )
     errors = bound_errors(job.train, spec.bounds, dataset_size=1, max_turns=40)
     joined = "\n".join(errors)
     assert "train.max_steps = 500 is outside the allowed range [1, 8]" in joined
     assert "train.model = 'gpt-5' is not allowed" in joined
     assert "the dataset has 1 examples" in joined
     assert "max_turns = 40" in joined
-    no_lora = JobFile.model_validate({**parse_job_toml(job_text).model_dump(), "train": {
-        **parse_job_toml(job_text).train.model_dump(), "lora": None}})
+    no_lora = JobFile.model_validate(
+        {
+            **parse_job_toml(job_text).model_dump(),
+            "train": {**parse_job_toml(job_text).train.model_dump(), "lora": None},
+        }
+    )
     assert any("full fine-tuning is not allowed" in e for e in bound_errors(no_lora.train, spec.bounds))
 
 
@@ -71,11 +77,21 @@ def test_trl_mapping(job_text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "calls", "content"),
     [
-        ('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>', [("add", {"a": 1, "b": 2})], ""),
-        ('First.\n```json\n{"name": "multiply", "arguments": {"a": 3, "b": 4}}\n```', [("multiply", {"a": 3, "b": 4})],
-         "First."),
-        ('{"name": "add", "arguments": {"a": 1, "b": 1}} then <answer>2</answer>', [("add", {"a": 1, "b": 1})],
-         "then <answer>2</answer>"),
+        (
+            '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
+            [("add", {"a": 1, "b": 2})],
+            "",
+        ),
+        (
+            'First.\n```json\n{"name": "multiply", "arguments": {"a": 3, "b": 4}}\n```',
+            [("multiply", {"a": 3, "b": 4})],
+            "First.",
+        ),
+        (
+            '{"name": "add", "arguments": {"a": 1, "b": 1}} then <answer>2</answer>',
+            [("add", {"a": 1, "b": 1})],
+            "then <answer>2</answer>",
+        ),
         ("<answer>7</answer>", [], "<answer>7</answer>"),
         ('{"a": 1}', [], '{"a": 1}'),
     ],
@@ -96,7 +112,10 @@ def test_tool_errors_are_shown_to_the_model() -> None:
         return a + b
 
     tools = {"add": add}
-    assert call_tool(tools, parse_assistant('{"name": "add", "arguments": {"a": 2, "b": 3}}').calls[0]) == ("5", True)
+    assert call_tool(tools, parse_assistant('{"name": "add", "arguments": {"a": 2, "b": 3}}').calls[0]) == (
+        "5",
+        True,
+    )
     text, ok = call_tool(tools, parse_assistant('{"name": "sub", "arguments": {}}').calls[0])
     assert not ok and "unknown tool" in json.loads(text)["error"]
     text, ok = call_tool(tools, parse_assistant('{"name": "add", "arguments": {"a": 1}}').calls[0])

@@ -61,7 +61,8 @@ def load_baselines(family: TaskFamily, budget: str, models: list[str] | None = N
         raise StaleBaselinesError(f"no baselines file for {family.name}; run: {regen}")
     if data.version != family.version:
         raise StaleBaselinesError(
-            f"baselines for {family.name} are for version {data.version}, the family is {family.version}; run: {regen}"
+            f"baselines for {family.name} are for version {data.version}, the family is {family.version}; "
+            f"run: {regen}"
         )
     entry = data.budgets.get(budget)
     if entry is None:
@@ -83,13 +84,24 @@ def best_pre(entry: BudgetBaselines, models: list[str]) -> float:
     return max(entry.models[m].score for m in models)
 
 
-def write_entry(path: Path, family: TaskFamily, budget: str, model: str, result: BaselineEntry,
-                eval_hash_: str, command: str) -> BaselinesFile:
+def write_entry(
+    path: Path,
+    family: TaskFamily,
+    budget: str,
+    model: str,
+    result: BaselineEntry,
+    eval_hash_: str,
+    command: str,
+) -> BaselinesFile:
     """Insert or replace one model's baseline, atomically rewriting the file."""
     data = read_file(path)
     if data is None or data.version != family.version:
-        data = BaselinesFile(family=family.name, version=family.version, command=command,
-                             created_at=datetime.now().astimezone())
+        data = BaselinesFile(
+            family=family.name,
+            version=family.version,
+            command=command,
+            created_at=datetime.now().astimezone(),
+        )
     budget_entry = data.budgets.get(budget)
     if budget_entry is None or budget_entry.eval_hash != eval_hash_:
         budget_entry = BudgetBaselines(eval_hash=eval_hash_, n=result.n)

@@ -35,8 +35,9 @@ def probe_policy(workspace: Path, scratch: Path, wall_seconds: float = 180.0) ->
     )
 
 
-def training_policy(bundle: Path, model_dir: Path, out_dir: Path, scratch: Path, *, wall_seconds: float,
-                    gpu: bool) -> SandboxPolicy:
+def training_policy(
+    bundle: Path, model_dir: Path, out_dir: Path, scratch: Path, *, wall_seconds: float, gpu: bool
+) -> SandboxPolicy:
     """Inner training: agent code runs here, so the same isolation as the probe, with the model readable."""
     return SandboxPolicy(
         writable=(out_dir, scratch),

@@ -76,7 +76,9 @@ class PluginManager:
                 existing = self._sources.get(ep.name, "?")
                 if existing == dist:
                     continue
-                raise PluginError(f"entry point name {ep.name!r} from {dist} clashes with one from {existing}")
+                raise PluginError(
+                    f"entry point name {ep.name!r} from {dist} clashes with one from {existing}"
+                )
             self.register(ep.load(), name=ep.name, distribution=dist)
 
     def _collect(self) -> dict[str, dict[str, Registration]]:
@@ -90,7 +92,9 @@ class PluginManager:
                 plugin_name = impl.plugin_name
                 source = self._sources.get(plugin_name, "<local>")
 
-                def register(obj: Any, _kind: str = kind, _plugin: str = plugin_name, _src: str = source) -> None:
+                def register(
+                    obj: Any, _kind: str = kind, _plugin: str = plugin_name, _src: str = source
+                ) -> None:
                     name = getattr(obj, "name", None)
                     if not isinstance(name, str) or not name:
                         raise PluginError(f"plugin {_plugin} registered a {_kind} object without a name")
@@ -117,7 +121,9 @@ class PluginManager:
         regs = self._collect()[kind]
         if name not in regs:
             known = ", ".join(sorted(regs)) or "none"
-            raise PluginError(f"no {kind.removesuffix('s').replace('_', ' ')} named {name!r} (registered: {known})")
+            raise PluginError(
+                f"no {kind.removesuffix('s').replace('_', ' ')} named {name!r} (registered: {known})"
+            )
         return regs[name].obj
 
     def task_family(self, name: str) -> Any:

@@ -126,7 +126,9 @@ class Policy(Protocol):
 
     name: str
 
-    def next_turn(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> PolicyTurn: ...
+    def next_turn(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    ) -> PolicyTurn: ...
 
 
 @attrs.frozen

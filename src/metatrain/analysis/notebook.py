@@ -15,7 +15,9 @@ def execute(notebook: Path, run_dir: Path, out: Path, timeout: int = 600) -> Non
     nb = nbformat.read(notebook, as_version=4)
     os.environ["METATRAIN_RUN_DIR"] = str(run_dir.resolve())
     os.environ.setdefault("MPLBACKEND", "Agg")
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": "."}}
+    ).execute()
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
 

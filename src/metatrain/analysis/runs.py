@@ -52,10 +52,22 @@ def runs_table(root: Path | str = "runs") -> pd.DataFrame:
     rows = []
     for result in sorted(Path(root).glob("*/result.json")):
         r = EpisodeResult.model_validate_json(result.read_text())
-        rows.append({"run_id": r.run_id, "family": r.family, "agent": r.agent, "model": r.model,
-                     "reward": r.reward.total, "outcome": r.reward.outcome, "attempts": r.validation.attempts,
-                     "pre": r.job.pre_score, "post": r.job.post_score, "best_pre": r.job.best_pre,
-                     "train_seconds": r.job.train_seconds, "usd": r.cost.usd})
+        rows.append(
+            {
+                "run_id": r.run_id,
+                "family": r.family,
+                "agent": r.agent,
+                "model": r.model,
+                "reward": r.reward.total,
+                "outcome": r.reward.outcome,
+                "attempts": r.validation.attempts,
+                "pre": r.job.pre_score,
+                "post": r.job.post_score,
+                "best_pre": r.job.best_pre,
+                "train_seconds": r.job.train_seconds,
+                "usd": r.cost.usd,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -69,8 +81,13 @@ def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
         return ax
     ax.plot(metrics["step"], metrics["reward"], marker="o", label="mean reward")
     if "reward_std" in metrics:
-        ax.fill_between(metrics["step"], metrics["reward"] - metrics["reward_std"],
-                        metrics["reward"] + metrics["reward_std"], alpha=0.2, label="± std")
+        ax.fill_between(
+            metrics["step"],
+            metrics["reward"] - metrics["reward_std"],
+            metrics["reward"] + metrics["reward_std"],
+            alpha=0.2,
+            label="± std",
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("reward")
     ax.set_title("inner GRPO training")
@@ -84,9 +101,11 @@ def plot_reward_breakdown(result: EpisodeResult, ax: Any = None) -> Any:
 
     ax = ax or plt.subplots(figsize=(5, 3))[1]
     r = result.reward
-    parts = {"validation": r.validation * r.weights["validation"],
-             "job quality": r.job_quality * r.weights["job_quality"],
-             "train speed": r.train_speed * r.weights["train_speed"]}
+    parts = {
+        "validation": r.validation * r.weights["validation"],
+        "job quality": r.job_quality * r.weights["job_quality"],
+        "train speed": r.train_speed * r.weights["train_speed"],
+    }
     ax.bar(list(parts), list(parts.values()), color=["#4c72b0", "#55a868", "#c44e52"])
     ax.axhline(r.total, color="black", linestyle="--", label=f"total {r.total:.3f}")
     ax.set_ylabel("weighted contribution")

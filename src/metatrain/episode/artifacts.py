@@ -60,8 +60,17 @@ def environment_versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {"python": platform.python_version(), "platform": platform.platform()}
-    for dist in ("metatrain", "metatrain-families", "metatrain-reward", "torch", "transformers", "trl",
-                 "verifiers", "datasets", "peft"):
+    for dist in (
+        "metatrain",
+        "metatrain-families",
+        "metatrain-reward",
+        "torch",
+        "transformers",
+        "trl",
+        "verifiers",
+        "datasets",
+        "peft",
+    ):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

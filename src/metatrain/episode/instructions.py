@@ -99,8 +99,9 @@ Eval tools (your environment must expose exactly these, same names and parameter
 {JOB_EXAMPLE.format(family=spec.family, model=spec.bounds.models[0])}```
 
 ## Environment contract (env.py)
-- `load_environment(**env_args)` returns `verifiers.ToolEnv(dataset=..., tools=[...], rubric=vf.Rubric(funcs=[...],
-  weights=[...]), system_prompt=..., max_turns=...)`; classic API only (no `verifiers.v1`).
+- `load_environment(**env_args)` returns `verifiers.ToolEnv(dataset=..., tools=[...],
+  rubric=vf.Rubric(funcs=[...], weights=[...]), system_prompt=..., max_turns=...)`;
+  classic API only (no `verifiers.v1`).
 - Dataset rows: `question` (user prompt), `answer` (string), optional `info` (dict).
 - Rubric functions take any of `completion`, `answer`, `info`, `prompt`, `state` and return a float; they must
   not raise on the dev examples (the probe runs them). Reward correct work, not activity.

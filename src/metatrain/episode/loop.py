@@ -30,8 +30,10 @@ from metatrain.specs import (
     ValidationSummary,
 )
 
-NUDGE = ("You did not call a tool. Keep working through the tools: write env.py and job.toml, then call "
-         "submit_job.")
+NUDGE = (
+    "You did not call a tool. Keep working through the tools: write env.py and job.toml, then call "
+    "submit_job."
+)
 
 
 @attrs.frozen
@@ -65,7 +67,9 @@ def _noop(event: str, data: dict[str, Any]) -> None:
     pass
 
 
-def run_episode(config: EpisodeConfig, pm: PluginManager, progress: ProgressFn | None = None) -> EpisodeResult:
+def run_episode(
+    config: EpisodeConfig, pm: PluginManager, progress: ProgressFn | None = None
+) -> EpisodeResult:
     """Run one episode end to end and write its run directory."""
     progress = progress or _noop
     t0 = time.monotonic()
@@ -75,10 +79,14 @@ def run_episode(config: EpisodeConfig, pm: PluginManager, progress: ProgressFn |
     best = best_pre(baselines, spec.bounds.models)
     scheme = pm.reward_scheme(config.reward)
     provider = pm.compute_provider(config.provider).configure(
-        device=config.device, queue_root=config.runs_root / "queue", train_wall_seconds=config.train_wall_seconds
+        device=config.device,
+        queue_root=config.runs_root / "queue",
+        train_wall_seconds=config.train_wall_seconds,
     )
     agent_name, _, agent_arg = config.agent.partition(":")
-    policy = pm.policy(agent_name).create(agent_arg or None, PolicyContext(family, spec, config.budget, config.seed))
+    policy = pm.policy(agent_name).create(
+        agent_arg or None, PolicyContext(family, spec, config.budget, config.seed)
+    )
 
     run_id = new_run_id(config.family)
     run = RunDir(config.runs_root / run_id)
@@ -86,15 +94,26 @@ def run_episode(config: EpisodeConfig, pm: PluginManager, progress: ProgressFn |
     workspace = Workspace(run.workspace)
     workspace.write("TASK.md", task_markdown(spec))
     workspace.write("dev_examples.jsonl", "\n".join(e.model_dump_json() for e in spec.dev_examples) + "\n")
-    baseline_view = {"budget": config.budget, "eval_n": baselines.n, "best_pre": best,
-                     "models": {m: {"score": e.score, "ci95": e.ci95, "n": e.n} for m, e in baselines.models.items()}}
-    run.write_json("manifest.json", {
-        "run_id": run_id, "created_at": datetime.now().astimezone(), "config": attrs.asdict(config),
-        "family": {"name": family.name, "version": family.version, "held_out": family.held_out},
-        "instructions_version": INSTRUCTIONS_VERSION, "eval_hash": baselines.eval_hash,
-        "spec_sha256": _sha(spec.model_dump_json()),
-        "baselines": baseline_view, "versions": environment_versions(),
-    })
+    baseline_view = {
+        "budget": config.budget,
+        "eval_n": baselines.n,
+        "best_pre": best,
+        "models": {m: {"score": e.score, "ci95": e.ci95, "n": e.n} for m, e in baselines.models.items()},
+    }
+    run.write_json(
+        "manifest.json",
+        {
+            "run_id": run_id,
+            "created_at": datetime.now().astimezone(),
+            "config": attrs.asdict(config),
+            "family": {"name": family.name, "version": family.version, "held_out": family.held_out},
+            "instructions_version": INSTRUCTIONS_VERSION,
+            "eval_hash": baselines.eval_hash,
+            "spec_sha256": _sha(spec.model_dump_json()),
+            "baselines": baseline_view,
+            "versions": environment_versions(),
+        },
+    )
     sub = _Submission()
 
     def submit() -> ToolOutcome:
@@ -104,20 +123,27 @@ def run_episode(config: EpisodeConfig, pm: PluginManager, progress: ProgressFn |
         sub.any_parseable = sub.any_parseable or outcome.parseable
         report = outcome.report
         run.write_json(f"validation-{sub.attempts}.json", report.model_dump())
-        progress("validation", {"attempt": sub.attempts, "ok": report.ok, "errors": report.errors,
-                                "seconds": report.seconds})
+        progress(
+            "validation",
+            {"attempt": sub.attempts, "ok": report.ok, "errors": report.errors, "seconds": report.seconds},
+        )
         if report.ok:
             sub.job = outcome.job
             return ToolOutcome(f"VALID (attempt {sub.attempts}). The job is queued for training.", True, True)
         sub.errors.append(report.errors)
         left = config.max_attempts - sub.attempts
         tail = f"{left} attempt(s) left." if left > 0 else "No attempts left; the episode ends."
-        return ToolOutcome(f"INVALID (attempt {sub.attempts}):\n- " + "\n- ".join(report.errors) + f"\n{tail}", False)
+        return ToolOutcome(
+            f"INVALID (attempt {sub.attempts}):\n- " + "\n- ".join(report.errors) + f"\n{tail}", False
+        )
 
     tools = AgentTools(workspace, baseline_view, submit)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_instructions(config.max_attempts)},
-        {"role": "user", "content": f"Your task is in TASK.md. Family: {spec.family}, budget: {spec.budget}."},
+        {
+            "role": "user",
+            "content": f"Your task is in TASK.md. Family: {spec.family}, budget: {spec.budget}.",
+        },
     ]
     for m in messages:
         run.log_turn({"type": "message", **m})
@@ -132,12 +158,21 @@ def run_episode(config: EpisodeConfig, pm: PluginManager, progress: ProgressFn |
         cost.usd += turn.usd
         assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
         if turn.tool_calls:
-            assistant["tool_calls"] = [{"id": c.id, "type": "function",
-                                        "function": {"name": c.name, "arguments": c.arguments}}
-                                       for c in turn.tool_calls]
+            assistant["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in turn.tool_calls
+            ]
         messages.append(assistant)
-        run.log_turn({"type": "message", "turn": turns, "tokens_in": turn.tokens_in,
-                      "tokens_out": turn.tokens_out, "usd": turn.usd, **assistant})
+        run.log_turn(
+            {
+                "type": "message",
+                "turn": turns,
+                "tokens_in": turn.tokens_in,
+                "tokens_out": turn.tokens_out,
+                "usd": turn.usd,
+                **assistant,
+            }
+        )
         progress("turn", {"turn": turns, "tools": [c.name for c in turn.tool_calls]})
         if not turn.tool_calls:
             if nudges >= config.max_nudges:
@@ -153,33 +188,57 @@ def run_episode(config: EpisodeConfig, pm: PluginManager, progress: ProgressFn |
             run.log_turn({"type": "tool_result", "turn": turns, "ok": out.ok, **msg})
             if out.submitted or sub.attempts >= config.max_attempts:
                 break
-    append_cost(run.path / "costs.jsonl", CostRecord(ts=datetime.now().astimezone(), run_id=run_id, kind="agent",
-                                                      model=config.agent, tokens_in=cost.tokens_in,
-                                                      tokens_out=cost.tokens_out, usd=cost.usd))
-    append_cost(config.runs_root / "costs.jsonl", CostRecord(ts=datetime.now().astimezone(), run_id=run_id,
-                                                             kind="agent", model=config.agent,
-                                                             tokens_in=cost.tokens_in,
-                                                             tokens_out=cost.tokens_out, usd=cost.usd))
+    agent_cost = CostRecord(
+        ts=datetime.now().astimezone(),
+        run_id=run_id,
+        kind="agent",
+        model=config.agent,
+        tokens_in=cost.tokens_in,
+        tokens_out=cost.tokens_out,
+        usd=cost.usd,
+    )
+    for ledger in (run.path / "costs.jsonl", config.runs_root / "costs.jsonl"):
+        append_cost(ledger, agent_cost)
     job_result = _run_job(run, provider, spec, sub, run_id, progress)
-    reward = scheme.compute(RewardInputs(
-        any_parseable=sub.any_parseable, attempts=sub.attempts, valid=sub.job is not None,
-        job_status=job_result.status if job_result else None,
-        post=job_result.post_score if job_result else None, best_pre=best,
-        train_seconds=job_result.train_seconds if job_result else 0.0, budget=config.budget,
-    ))
+    reward = scheme.compute(
+        RewardInputs(
+            any_parseable=sub.any_parseable,
+            attempts=sub.attempts,
+            valid=sub.job is not None,
+            job_status=job_result.status if job_result else None,
+            post=job_result.post_score if job_result else None,
+            best_pre=best,
+            train_seconds=job_result.train_seconds if job_result else 0.0,
+            budget=config.budget,
+        )
+    )
     job_summary = JobSummary(best_pre=best)
     if job_result is not None:
         job_summary = JobSummary(
-            job_id=job_result.job_id, status=job_result.status, pre_score=job_result.pre_score,
-            post_score=job_result.post_score, best_pre=best,
+            job_id=job_result.job_id,
+            status=job_result.status,
+            pre_score=job_result.pre_score,
+            post_score=job_result.post_score,
+            best_pre=best,
             uplift=None if job_result.post_score is None else job_result.post_score - best,
-            train_seconds=job_result.train_seconds, eval_n=job_result.eval_n, train_steps=job_result.train_steps,
+            train_seconds=job_result.train_seconds,
+            eval_n=job_result.eval_n,
+            train_steps=job_result.train_steps,
         )
     result = EpisodeResult(
-        run_id=run_id, family=spec.family, family_version=spec.version, budget=config.budget, agent=config.agent,
-        provider=config.provider, model=sub.job.train.model if sub.job else None,
+        run_id=run_id,
+        family=spec.family,
+        family_version=spec.version,
+        budget=config.budget,
+        agent=config.agent,
+        provider=config.provider,
+        model=sub.job.train.model if sub.job else None,
         validation=ValidationSummary(attempts=sub.attempts, valid=sub.job is not None, errors=sub.errors),
-        job=job_summary, reward=reward, cost=cost, turns=turns, wall_seconds=time.monotonic() - t0,
+        job=job_summary,
+        reward=reward,
+        cost=cost,
+        turns=turns,
+        wall_seconds=time.monotonic() - t0,
         run_dir=str(run.path),
     )
     run.write_json("result.json", json.loads(result.model_dump_json()))
@@ -193,8 +252,9 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _run_job(run: RunDir, provider: Any, spec: Any, sub: _Submission, run_id: str,
-             progress: ProgressFn) -> JobResult | None:
+def _run_job(
+    run: RunDir, provider: Any, spec: Any, sub: _Submission, run_id: str, progress: ProgressFn
+) -> JobResult | None:
     if sub.job is None:
         return None
     job_id = f"{run_id}-job"

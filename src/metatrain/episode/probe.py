@@ -49,7 +49,9 @@ def validate_submission(workspace: Workspace, spec: TaskSpec, wall_seconds: floa
     t0 = time.monotonic()
     job, errors = parse_job(workspace)
     if job is None:
-        return ProbeOutcome(ValidationReport(ok=False, errors=errors, seconds=time.monotonic() - t0), False, None)
+        return ProbeOutcome(
+            ValidationReport(ok=False, errors=errors, seconds=time.monotonic() - t0), False, None
+        )
     if job.family != spec.family:
         errors.append(f"job.toml: family = {job.family!r}, but this task is {spec.family!r}")
     try:
@@ -58,14 +60,23 @@ def validate_submission(workspace: Workspace, spec: TaskSpec, wall_seconds: floa
         errors.append(f"job.toml: environment: {exc}")
     errors += bound_errors(job.train, spec.bounds)
     if errors:
-        return ProbeOutcome(ValidationReport(ok=False, errors=errors, seconds=time.monotonic() - t0), True, job)
+        return ProbeOutcome(
+            ValidationReport(ok=False, errors=errors, seconds=time.monotonic() - t0), True, job
+        )
     with tempfile.TemporaryDirectory(prefix="metatrain-probe-") as scratch:
         result = run_sandboxed(
             probe_policy(workspace.root, Path(scratch), wall_seconds),
             "metatrain.episode.probe_checks:check_environment",
-            {"workspace": str(workspace.root), "job_json": job.model_dump_json(), "spec_json": spec.model_dump_json()},
+            {
+                "workspace": str(workspace.root),
+                "job_json": job.model_dump_json(),
+                "spec_json": spec.model_dump_json(),
+            },
         )
-    checks: dict[str, object] = {"isolation": result.isolation, "sandbox_seconds": round(result.wall_seconds, 2)}
+    checks: dict[str, object] = {
+        "isolation": result.isolation,
+        "sandbox_seconds": round(result.wall_seconds, 2),
+    }
     if not result.ok:
         errors.append(f"the environment could not be checked: {result.error}")
     else:

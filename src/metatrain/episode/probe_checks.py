@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from metatrain.specs import JobFile, TaskSpec
-from metatrain.training.environment import EnvironmentError_, call_reward, load_job_environment, to_vf_messages, user_reward_funcs
+from metatrain.training.environment import (
+    EnvironmentError_,
+    call_reward,
+    load_job_environment,
+    to_vf_messages,
+    user_reward_funcs,
+)
 
 MAX_ERRORS = 12
 
@@ -24,8 +30,10 @@ def _tool_errors(env: Any, spec: TaskSpec) -> list[str]:
         try:
             got[name] = get_json_schema(tool)["function"]
         except Exception as exc:
-            errors.append(f"tool {name}: cannot build its schema ({exc}); give it type hints and a Google-style "
-                          "docstring with an Args: section")
+            errors.append(
+                f"tool {name}: cannot build its schema ({exc}); give it type hints and a Google-style "
+                "docstring with an Args: section"
+            )
     for name in sorted(set(expected) - set(got)):
         errors.append(f"the environment lacks eval tool {name!r}")
     for name in sorted(set(got) - set(expected)):
@@ -36,10 +44,14 @@ def _tool_errors(env: Any, spec: TaskSpec) -> list[str]:
         want_props = {k: v.get("type") for k, v in want.get("properties", {}).items()}
         have_props = {k: v.get("type") for k, v in have.get("properties", {}).items()}
         if want_props != have_props:
-            errors.append(f"tool {name!r} parameters {have_props} differ from the eval interface's {want_props}")
+            errors.append(
+                f"tool {name!r} parameters {have_props} differ from the eval interface's {want_props}"
+            )
         if sorted(want.get("required", [])) != sorted(have.get("required", [])):
-            errors.append(f"tool {name!r} required parameters {have.get('required', [])} differ from "
-                          f"{want.get('required', [])}")
+            errors.append(
+                f"tool {name!r} required parameters {have.get('required', [])} differ from "
+                f"{want.get('required', [])}"
+            )
     return errors
 
 
@@ -56,9 +68,15 @@ def _dataset_errors(dataset: Any) -> list[str]:
     for i in range(min(len(dataset), 16)):
         row = dataset[i]
         prompt = row["prompt"]
-        if not isinstance(prompt, list) or not prompt or not all(
-            isinstance(m, dict) and m.get("role") in {"system", "user", "assistant"} and isinstance(m.get("content"), str)
-            for m in prompt
+        if (
+            not isinstance(prompt, list)
+            or not prompt
+            or not all(
+                isinstance(m, dict)
+                and m.get("role") in {"system", "user", "assistant"}
+                and isinstance(m.get("content"), str)
+                for m in prompt
+            )
         ):
             errors.append(f"dataset row {i}: prompt must be a non-empty list of chat messages")
         elif prompt[-1]["role"] != "user":
@@ -76,20 +94,34 @@ def _rubric_cases(spec: TaskSpec, dataset: Any) -> list[tuple[str, dict[str, Any
     sources = [(ex.id, ex.prompt, ex.answer, ex.info) for ex in spec.dev_examples]
     for i in range(min(2, len(dataset))):
         row = dataset[i]
-        sources.append((f"dataset row {i}", row["prompt"][-1]["content"], row["answer"], row.get("info") or {}))
+        sources.append(
+            (f"dataset row {i}", row["prompt"][-1]["content"], row["answer"], row.get("info") or {})
+        )
     tool = spec.eval.tools[0].name if spec.eval.tools else None
     for label, prompt, answer, info in sources:
-        prompt_msgs = [{"role": "system", "content": spec.eval.system_prompt}, {"role": "user", "content": prompt}]
+        prompt_msgs = [
+            {"role": "system", "content": spec.eval.system_prompt},
+            {"role": "user", "content": prompt},
+        ]
         right = [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
         wrong: list[dict[str, Any]] = []
         if tool:
-            wrong.append({"role": "assistant", "content": "",
-                          "tool_calls": [{"type": "function", "function": {"name": tool, "arguments": {}}}]})
+            wrong.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": tool, "arguments": {}}}],
+                }
+            )
             wrong.append({"role": "tool", "content": '{"error": "missing arguments"}'})
         wrong.append({"role": "assistant", "content": "I am not sure."})
         for kind, completion in (("right answer", right), ("wrong answer", wrong)):
-            cases.append((f"{label} ({kind})", {"prompt": prompt_msgs, "completion": completion,
-                                                "answer": answer, "info": info}))
+            cases.append(
+                (
+                    f"{label} ({kind})",
+                    {"prompt": prompt_msgs, "completion": completion, "answer": answer, "info": info},
+                )
+            )
     return cases
 
 
@@ -104,7 +136,10 @@ def check_environment(workspace: str, job_json: str, spec_json: str) -> dict[str
         return {"errors": [str(exc)], "facts": facts}
     except Exception as exc:
         tb = traceback.format_exc(limit=-3)
-        return {"errors": [f"loading the environment raised {type(exc).__name__}: {exc}\n{tb}"], "facts": facts}
+        return {
+            "errors": [f"loading the environment raised {type(exc).__name__}: {exc}\n{tb}"],
+            "facts": facts,
+        }
     errors = _tool_errors(env, spec)
     facts["max_turns"] = int(getattr(env, "max_turns", 0))
     try:
@@ -126,8 +161,15 @@ def check_environment(workspace: str, job_json: str, spec_json: str) -> dict[str
         for func, _ in funcs:
             name = getattr(func, "__name__", "reward")
             try:
-                value = call_reward(func, **msgs, answer=case["answer"], info=case["info"], task="default",
-                                    state={**case, **msgs}, parser=parser)
+                value = call_reward(
+                    func,
+                    **msgs,
+                    answer=case["answer"],
+                    info=case["info"],
+                    task="default",
+                    state={**case, **msgs},
+                    parser=parser,
+                )
                 scores.setdefault(name, []).append(value)
             except Exception as exc:
                 errors.append(f"rubric function {name} raised {type(exc).__name__}: {exc} on {label}")

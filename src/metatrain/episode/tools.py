@@ -20,8 +20,12 @@ def _fn(name: str, description: str, properties: dict[str, Any] | None = None) -
         "function": {
             "name": name,
             "description": description,
-            "parameters": {"type": "object", "properties": props, "required": sorted(props),
-                           "additionalProperties": False},
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": sorted(props),
+                "additionalProperties": False,
+            },
         },
     }
 
@@ -29,16 +33,26 @@ def _fn(name: str, description: str, properties: dict[str, Any] | None = None) -
 _PATH = {"type": "string", "description": "Path relative to the workspace root"}
 AGENT_TOOL_SCHEMAS: list[dict[str, Any]] = [
     _fn("read_file", "Read a UTF-8 text file from the workspace.", {"path": _PATH}),
-    _fn("write_file", "Create or overwrite a workspace file.",
-        {"path": _PATH, "content": {"type": "string", "description": "Full file content"}}),
-    _fn("edit_file", "Replace exactly one occurrence of old_text with new_text in a workspace file.",
-        {"path": _PATH, "old_text": {"type": "string"}, "new_text": {"type": "string"}}),
+    _fn(
+        "write_file",
+        "Create or overwrite a workspace file.",
+        {"path": _PATH, "content": {"type": "string", "description": "Full file content"}},
+    ),
+    _fn(
+        "edit_file",
+        "Replace exactly one occurrence of old_text with new_text in a workspace file.",
+        {"path": _PATH, "old_text": {"type": "string"}, "new_text": {"type": "string"}},
+    ),
     _fn("list_files", "List workspace files with their sizes."),
-    _fn("get_baseline_scores",
-        "Frozen hidden-eval scores of each untrained allowed model (best_pre is the best of them)."),
-    _fn("submit_job",
+    _fn(
+        "get_baseline_scores",
+        "Frozen hidden-eval scores of each untrained allowed model (best_pre is the best of them).",
+    ),
+    _fn(
+        "submit_job",
         "Validate job.toml and its environment module; if valid, the job is queued for training and the "
-        "episode ends. Failures are returned so you can fix them; attempts are capped."),
+        "episode ends. Failures are returned so you can fix them; attempts are capped.",
+    ),
 ]
 AGENT_TOOL_NAMES = [s["function"]["name"] for s in AGENT_TOOL_SCHEMAS]
 
@@ -62,16 +76,22 @@ class AgentTools:
 
     def dispatch(self, name: str, arguments: str) -> ToolOutcome:
         if name not in AGENT_TOOL_NAMES:
-            return ToolOutcome(f"error: unknown tool {name!r}; available tools: {', '.join(AGENT_TOOL_NAMES)}", False)
+            return ToolOutcome(
+                f"error: unknown tool {name!r}; available tools: {', '.join(AGENT_TOOL_NAMES)}", False
+            )
         if len(arguments.encode("utf-8", "replace")) > MAX_ARGUMENT_BYTES:
             return ToolOutcome(f"error: arguments for {name} exceed {MAX_ARGUMENT_BYTES} bytes", False)
         try:
             args = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return ToolOutcome(f"error: arguments for {name} are not valid JSON ({exc.msg} at char {exc.pos})", False)
+            return ToolOutcome(
+                f"error: arguments for {name} are not valid JSON ({exc.msg} at char {exc.pos})", False
+            )
         if not isinstance(args, dict):
             return ToolOutcome(f"error: arguments for {name} must be a JSON object", False)
-        schema = next(s for s in AGENT_TOOL_SCHEMAS if s["function"]["name"] == name)["function"]["parameters"]
+        schema = next(s for s in AGENT_TOOL_SCHEMAS if s["function"]["name"] == name)["function"][
+            "parameters"
+        ]
         expected = set(schema["properties"])
         missing = sorted(expected - set(args))
         extra = sorted(set(args) - expected)

@@ -71,7 +71,9 @@ class Workspace:
             raise WorkspaceError(f"the workspace already holds {self.max_files} files (the limit)")
         total = sum(p.stat().st_size for p in existing if p != path) + len(data)
         if total > self.max_total_bytes:
-            raise WorkspaceError(f"the workspace would hold {total} bytes; the limit is {self.max_total_bytes}")
+            raise WorkspaceError(
+                f"the workspace would hold {total} bytes; the limit is {self.max_total_bytes}"
+            )
         if path.is_dir():
             raise WorkspaceError(f"{rel} is a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,11 +91,13 @@ class Workspace:
         if count == 0:
             raise WorkspaceError(f"old_text was not found in {rel}")
         if count > 1:
-            raise WorkspaceError(f"old_text occurs {count} times in {rel}; include more context to make it unique")
+            raise WorkspaceError(
+                f"old_text occurs {count} times in {rel}; include more context to make it unique"
+            )
         return self.write(rel, text.replace(old, new, 1))
 
     def files(self) -> list[Path]:
-        out = []
+        out: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(self.root):
             dirnames[:] = [d for d in dirnames if d != "__pycache__"]
             out.extend(Path(dirpath) / f for f in filenames)

@@ -104,7 +104,9 @@ class FileQueue:
             attempts_file = self.path("running", job_id) / "attempts"
             attempt = int(attempts_file.read_text() or 0) + 1
             attempts_file.write_text(str(attempt))
-            lease = Lease(job_id, worker, os.getpid(), socket.gethostname(), time.time() + lease_seconds, attempt)
+            lease = Lease(
+                job_id, worker, os.getpid(), socket.gethostname(), time.time() + lease_seconds, attempt
+            )
             _write_json_atomic(self.path("running", job_id) / "lease.json", attrs.asdict(lease))
             return lease
         return None
@@ -160,8 +162,14 @@ class FileQueue:
             (running / "lease.json").unlink(missing_ok=True)
             shutil.rmtree(running / "result", ignore_errors=True)
             if attempt >= self.max_attempts:
-                result = JobResult(job_id=job_id, status="died", model="?", device="?", attempts=attempt,
-                                   error=f"the worker died or lost its lease {attempt} times")
+                result = JobResult(
+                    job_id=job_id,
+                    status="died",
+                    model="?",
+                    device="?",
+                    attempts=attempt,
+                    error=f"the worker died or lost its lease {attempt} times",
+                )
                 (running / "result").mkdir()
                 _write_json_atomic(running / "result" / "result.json", json.loads(result.model_dump_json()))
                 target = "done"

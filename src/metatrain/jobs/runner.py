@@ -20,9 +20,9 @@ from typing import Any
 
 from metatrain.integrity import training_policy
 from metatrain.jobs.bundle import load_bundle
-from metatrain.procs import die_with_parent
 from metatrain.protocols import ProgressFn
 from metatrain.sandbox import run_sandboxed
+from metatrain.sandbox.linux import die_with_parent
 from metatrain.specs import JobResult, PhaseTiming
 
 TRAIN_WALL_SECONDS = {"fast": 900.0, "full": 3600.0}
@@ -36,13 +36,37 @@ def _noop(event: str, data: dict[str, Any]) -> None:
     pass
 
 
-def run_eval(model_dir: Path, family: str, budget: str, device: str, out: Path, log: Path,
-             progress: ProgressFn, phase: str, total: int) -> dict[str, Any]:
+def run_eval(
+    model_dir: Path,
+    family: str,
+    budget: str,
+    device: str,
+    out: Path,
+    log: Path,
+    progress: ProgressFn,
+    phase: str,
+    total: int,
+) -> dict[str, Any]:
     """Score ``model_dir`` on the hidden eval in a fresh process."""
-    cmd = [sys.executable, "-m", "metatrain.training.evaluation", "--model", str(model_dir), "--family", family,
-           "--budget", budget, "--device", device, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "metatrain.training.evaluation",
+        "--model",
+        str(model_dir),
+        "--family",
+        family,
+        "--budget",
+        budget,
+        "--device",
+        device,
+        "--out",
+        str(out),
+    ]
     with log.open("w") as log_fh:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_fh, text=True, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log_fh, text=True, preexec_fn=die_with_parent
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             log_fh.write(line)
@@ -73,8 +97,13 @@ def _tail_metrics(path: Path, stop: threading.Event, progress: ProgressFn) -> No
         stop.wait(1.0)
 
 
-def run_job(bundle_dir: Path, result_dir: Path, device: str = "cpu", progress: ProgressFn | None = None,
-            train_wall_seconds: float | None = None) -> JobResult:
+def run_job(
+    bundle_dir: Path,
+    result_dir: Path,
+    device: str = "cpu",
+    progress: ProgressFn | None = None,
+    train_wall_seconds: float | None = None,
+) -> JobResult:
     """Pre-eval, GRPO training and post-eval for one bundle; never raises for job failures."""
     from metatrain.models import prepare_model
 
@@ -87,8 +116,13 @@ def run_job(bundle_dir: Path, result_dir: Path, device: str = "cpu", progress: P
     logs.mkdir(parents=True, exist_ok=True)
     train_dir = result_dir / "train"
     timing = PhaseTiming()
-    base: dict[str, Any] = {"job_id": manifest.job_id, "model": table.model, "device": device,
-                            "eval_n": manifest.eval_n, "started_at": started}
+    base: dict[str, Any] = {
+        "job_id": manifest.job_id,
+        "model": table.model,
+        "device": device,
+        "eval_n": manifest.eval_n,
+        "started_at": started,
+    }
 
     def finish(**fields: Any) -> JobResult:
         timing.total = time.monotonic() - t0
@@ -101,8 +135,17 @@ def run_job(bundle_dir: Path, result_dir: Path, device: str = "cpu", progress: P
         model_dir = prepare_model(table.model)
         progress("phase", {"name": "pre_eval"})
         t = time.monotonic()
-        pre = run_eval(model_dir, manifest.family, manifest.budget, device, result_dir / "pre_eval.json",
-                       logs / "pre_eval.log", progress, "pre_eval", manifest.eval_n)
+        pre = run_eval(
+            model_dir,
+            manifest.family,
+            manifest.budget,
+            device,
+            result_dir / "pre_eval.json",
+            logs / "pre_eval.log",
+            progress,
+            "pre_eval",
+            manifest.eval_n,
+        )
         timing.pre_eval = time.monotonic() - t
     except Exception as exc:
         return finish(status="died", error=f"pre-eval failed: {exc}")
@@ -110,17 +153,29 @@ def run_job(bundle_dir: Path, result_dir: Path, device: str = "cpu", progress: P
     progress("phase", {"name": "train", "max_steps": table.max_steps})
     t = time.monotonic()
     stop = threading.Event()
-    tailer = threading.Thread(target=_tail_metrics, args=(train_dir / "metrics.jsonl", stop, progress), daemon=True)
+    tailer = threading.Thread(
+        target=_tail_metrics, args=(train_dir / "metrics.jsonl", stop, progress), daemon=True
+    )
     tailer.start()
     wall = train_wall_seconds or TRAIN_WALL_SECONDS.get(manifest.budget, 3600.0)
     with tempfile.TemporaryDirectory(prefix="metatrain-train-") as scratch:
         train_dir.mkdir(parents=True, exist_ok=True)
         res = run_sandboxed(
-            training_policy(bundle_dir, model_dir, train_dir, Path(scratch), wall_seconds=wall,
-                            gpu=device.startswith("cuda")),
+            training_policy(
+                bundle_dir,
+                model_dir,
+                train_dir,
+                Path(scratch),
+                wall_seconds=wall,
+                gpu=device.startswith("cuda"),
+            ),
             "metatrain.training.trl_backend:train_job",
-            {"bundle_dir": str(bundle_dir), "out_dir": str(train_dir), "model_dir": str(model_dir),
-             "device": device},
+            {
+                "bundle_dir": str(bundle_dir),
+                "out_dir": str(train_dir),
+                "model_dir": str(model_dir),
+                "device": device,
+            },
         )
     stop.set()
     tailer.join()
@@ -128,21 +183,37 @@ def run_job(bundle_dir: Path, result_dir: Path, device: str = "cpu", progress: P
     (logs / "train.stdout.log").write_text(res.stdout)
     (logs / "train.stderr.log").write_text(res.stderr)
     if not res.ok:
-        return finish(status="failed", pre_score=pre["score"], train_seconds=timing.train,
-                      error=f"training failed: {res.error}")
+        return finish(
+            status="failed",
+            pre_score=pre["score"],
+            train_seconds=timing.train,
+            error=f"training failed: {res.error}",
+        )
     summary = res.value
     (train_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     history = summary.get("history", [])
     try:
         progress("phase", {"name": "post_eval"})
         t = time.monotonic()
-        post = run_eval(train_dir / "model", manifest.family, manifest.budget, device,
-                        result_dir / "post_eval.json", logs / "post_eval.log", progress, "post_eval",
-                        manifest.eval_n)
+        post = run_eval(
+            train_dir / "model",
+            manifest.family,
+            manifest.budget,
+            device,
+            result_dir / "post_eval.json",
+            logs / "post_eval.log",
+            progress,
+            "post_eval",
+            manifest.eval_n,
+        )
         timing.post_eval = time.monotonic() - t
     except Exception as exc:
-        return finish(status="died", pre_score=pre["score"], train_seconds=summary["train_seconds"],
-                      error=f"post-eval failed: {exc}")
+        return finish(
+            status="died",
+            pre_score=pre["score"],
+            train_seconds=summary["train_seconds"],
+            error=f"post-eval failed: {exc}",
+        )
     rewards = [row["reward"] for row in history if "reward" in row]
     return finish(
         status="succeeded",

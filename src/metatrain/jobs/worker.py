@@ -49,8 +49,13 @@ class Worker:
         try:
             result = self.run(running, running / "result")
         except Exception as exc:
-            result = JobResult(job_id=lease.job_id, status="died", model="?", device="?",
-                               error=f"runner crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc(-3)}")
+            result = JobResult(
+                job_id=lease.job_id,
+                status="died",
+                model="?",
+                device="?",
+                error=f"runner crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc(-3)}",
+            )
         finally:
             stop.set()
             beat.join()

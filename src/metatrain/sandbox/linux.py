@@ -6,6 +6,7 @@ import ctypes
 import errno
 import functools
 import os
+import signal
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -129,3 +130,11 @@ def drop_capabilities() -> bool:
     if lib.capget(ctypes.byref(header), check) != 0:
         return False
     return all(d.effective == 0 and d.permitted == 0 and d.inheritable == 0 for d in check)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (no orphaned agent code after a crash)."""
+    libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

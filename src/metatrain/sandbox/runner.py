@@ -153,6 +153,7 @@ def _preexec(
 
     Namespace steps are best effort; the child checks and reports what took effect.
     """
+    linux.die_with_parent()
     for name, value in limits.items():
         resource.setrlimit(getattr(resource, name), value)
     if isolate_net:

@@ -37,7 +37,7 @@ class TrainingTable(BaseModel):
     scheduler: Scheduler = "constant"
     warmup: int = Field(0, ge=0)
     loss: Loss = "grpo"
-    lora: LoraTable | None = Field(default_factory=LoraTable)
+    lora: LoraTable | None = Field(default_factory=lambda: LoraTable())
 
 
 class JobFile(BaseModel):

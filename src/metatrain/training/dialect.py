@@ -46,7 +46,8 @@ class ParsedResponse:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.calls:
             msg["tool_calls"] = [
-                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in self.calls
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.calls
             ]
         return msg
 
@@ -95,9 +96,9 @@ def parse_assistant(text: str) -> ParsedResponse:
     if not calls:
         fenced_spans = []
         for m in FENCE_RE.finditer(rest):
-            objs = [c for _, _, v in _json_objects(m.group(1)) if (c := _as_call(v)) is not None]
-            if objs:
-                calls.extend(objs)
+            found = [c for _, _, v in _json_objects(m.group(1)) if (c := _as_call(v)) is not None]
+            if found:
+                calls.extend(found)
                 fenced_spans.append(m.span())
         rest = _remove_spans(rest, fenced_spans)
     if not calls:
@@ -138,10 +139,7 @@ def install_parser(tokenizer: Any) -> Any:
     """Make TRL parse generations with this dialect (TRL calls ``tokenizer.parse_response(ids)``)."""
 
     def parse_response(self: Any, ids: Any, **_: Any) -> dict[str, Any]:
-        if isinstance(ids, str):
-            text = ids
-        else:
-            text = self.decode(ids, skip_special_tokens=True)
+        text = ids if isinstance(ids, str) else self.decode(ids, skip_special_tokens=True)
         return parse_assistant(text).as_message()
 
     tokenizer.response_schema = {"dialect": DIALECT_NAME}

@@ -70,9 +70,10 @@ def load_model(model_dir: Path, device: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(
+    model: Any = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=dtype, use_safetensors=True, trust_remote_code=False
-    ).to(device)
+    )
+    model = model.to(device)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     return model, tokenizer

@@ -25,8 +25,9 @@ from metatrain.specs import Bounds, TrainingTable
 TRL_OPTIM = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "sgd": "sgd", "adafactor": "adafactor"}
 
 
-def bound_errors(table: TrainingTable, bounds: Bounds, dataset_size: int | None = None,
-                 max_turns: int | None = None) -> list[str]:
+def bound_errors(
+    table: TrainingTable, bounds: Bounds, dataset_size: int | None = None, max_turns: int | None = None
+) -> list[str]:
     """Every way ``table`` (and the environment's size and turn cap) breaks ``bounds``."""
     errors: list[str] = []
 
@@ -43,8 +44,11 @@ def bound_errors(table: TrainingTable, bounds: Bounds, dataset_size: int | None 
     rng("temperature", table.temperature, bounds.temperature)
     rng("lr", table.lr, bounds.lr)
     rng("warmup", table.warmup, bounds.warmup)
-    for key, allowed in (("optimizer", bounds.optimizers), ("scheduler", bounds.schedulers),
-                         ("loss", bounds.losses)):
+    for key, allowed in (
+        ("optimizer", bounds.optimizers),
+        ("scheduler", bounds.schedulers),
+        ("loss", bounds.losses),
+    ):
         value = getattr(table, key)
         if value not in allowed:
             errors.append(f"train.{key} = {value!r} is not allowed; choose one of {allowed}")
@@ -57,15 +61,17 @@ def bound_errors(table: TrainingTable, bounds: Bounds, dataset_size: int | None 
         errors.append(f"train.warmup = {table.warmup} exceeds train.max_steps = {table.max_steps}")
     if dataset_size is not None and dataset_size not in bounds.dataset_size:
         errors.append(
-            f"the dataset has {dataset_size} examples; allowed [{bounds.dataset_size.min}, {bounds.dataset_size.max}]"
+            f"the dataset has {dataset_size} examples; "
+            f"allowed [{bounds.dataset_size.min}, {bounds.dataset_size.max}]"
         )
     if max_turns is not None and max_turns not in bounds.max_turns:
         errors.append(f"max_turns = {max_turns} is outside [{bounds.max_turns.min}, {bounds.max_turns.max}]")
     return errors
 
 
-def trl_config_kwargs(table: TrainingTable, *, output_dir: str, device: str, max_turns: int,
-                      seed: int = 0) -> dict[str, Any]:
+def trl_config_kwargs(
+    table: TrainingTable, *, output_dir: str, device: str, max_turns: int, seed: int = 0
+) -> dict[str, Any]:
     """``GRPOConfig`` keyword arguments for this table."""
     on_cpu = not device.startswith("cuda")
     return {

@@ -36,7 +36,9 @@ def _trl_reward(func: RewardFn, parser: Any) -> Any:
     def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:
         out: list[float] = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-            row = {k: (v[i] if isinstance(v, list) and len(v) == len(prompts) else v) for k, v in columns.items()}
+            row = {
+                k: (v[i] if isinstance(v, list) and len(v) == len(prompts) else v) for k, v in columns.items()
+            }
             completion_msgs = to_vf_messages(completion) if isinstance(completion, list) else completion
             prompt_msgs = to_vf_messages(prompt) if isinstance(prompt, list) else prompt
             try:
@@ -53,7 +55,9 @@ def _trl_reward(func: RewardFn, parser: Any) -> Any:
                     )
                 )
             except Exception as exc:
-                raise RewardFunctionError(f"rubric function {name} raised {type(exc).__name__}: {exc}") from exc
+                raise RewardFunctionError(
+                    f"rubric function {name} raised {type(exc).__name__}: {exc}"
+                ) from exc
         return out
 
     reward.__name__ = name
@@ -80,13 +84,15 @@ def _callback(writer: _MetricsWriter) -> Any:
 
     class MetricsCallback(TrainerCallback):  # type: ignore[misc]
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            if logs and "loss" in logs or logs and any(k.startswith("reward") for k in logs):
+            if (logs and "loss" in logs) or (logs and any(k.startswith("reward") for k in logs)):
                 writer.write(int(state.global_step), dict(logs))
 
     return MetricsCallback()
 
 
-def train_job(bundle_dir: str, out_dir: str, model_dir: str, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+def train_job(
+    bundle_dir: str, out_dir: str, model_dir: str, device: str = "cpu", seed: int = 0
+) -> dict[str, Any]:
     """Run GRPO for one bundle; saves merged safetensors weights to ``out_dir/model``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -111,8 +117,9 @@ def train_job(bundle_dir: str, out_dir: str, model_dir: str, device: str = "cpu"
     install_parser(tokenizer)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, use_safetensors=True)
-    kwargs = trl_config_kwargs(table, output_dir=str(out / "trl"), device=device,
-                               max_turns=int(env.max_turns), seed=seed)
+    kwargs = trl_config_kwargs(
+        table, output_dir=str(out / "trl"), device=device, max_turns=int(env.max_turns), seed=seed
+    )
     kwargs["reward_weights"] = [w for _, w in funcs]
     writer = _MetricsWriter(out / "metrics.jsonl", table.max_steps)
     trainer = GRPOTrainer(
@@ -128,10 +135,9 @@ def train_job(bundle_dir: str, out_dir: str, model_dir: str, device: str = "cpu"
     t_train = time.monotonic()
     trainer.train()
     train_seconds = time.monotonic() - t_train
-    trained = trainer.model
+    trained: Any = trainer.model
     if table.lora is not None:
         trained = trained.merge_and_unload()
-    trained = trained.to(torch.float32) if not device.startswith("cuda") else trained
     model_out = out / "model"
     trained.save_pretrained(model_out, safe_serialization=True)
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(model_out)

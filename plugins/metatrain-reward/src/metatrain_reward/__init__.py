@@ -24,6 +24,7 @@ import attrs
 from metatrain.hookspecs import Register, hookimpl
 from metatrain.protocols import RewardInputs
 from metatrain.specs import RewardBreakdown
+from metatrain.specs.reward import Outcome
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -38,8 +39,9 @@ class DefaultReward:
     w_validation: float = 0.35
     w_quality: float = 0.60
     w_speed: float = 0.05
-    decay: float = attrs.field(default=0.75, validator=attrs.validators.and_(attrs.validators.gt(0.0),
-                                                                           attrs.validators.le(1.0)))
+    decay: float = attrs.field(
+        default=0.75, validator=attrs.validators.and_(attrs.validators.gt(0.0), attrs.validators.le(1.0))
+    )
     uplift_scale: float = attrs.field(default=0.2, validator=attrs.validators.gt(0.0))
     post_weight: float = 0.25
     no_submission_reward: float = -0.1
@@ -52,14 +54,25 @@ class DefaultReward:
     def compute(self, inputs: RewardInputs) -> RewardBreakdown:
         if not inputs.any_parseable:
             return RewardBreakdown(
-                total=self.no_submission_reward, validation=0.0, job_quality=0.0, train_speed=0.0,
-                weights=self.weights, outcome="no_submission", attempts=inputs.attempts,
+                total=self.no_submission_reward,
+                validation=0.0,
+                job_quality=0.0,
+                train_speed=0.0,
+                weights=self.weights,
+                outcome="no_submission",
+                attempts=inputs.attempts,
                 best_pre=inputs.best_pre,
             )
         if not inputs.valid:
             return RewardBreakdown(
-                total=0.0, validation=0.0, job_quality=0.0, train_speed=0.0, weights=self.weights,
-                outcome="never_valid", attempts=inputs.attempts, best_pre=inputs.best_pre,
+                total=0.0,
+                validation=0.0,
+                job_quality=0.0,
+                train_speed=0.0,
+                weights=self.weights,
+                outcome="never_valid",
+                attempts=inputs.attempts,
+                best_pre=inputs.best_pre,
             )
         validation = self.decay ** max(0, inputs.attempts - 1)
         quality = speed = 0.0
@@ -74,12 +87,22 @@ class DefaultReward:
             quality = self.post_weight * inputs.post + (1 - self.post_weight) * uplift_term
             budget_s = self.speed_budget.get(inputs.budget, max(self.speed_budget.values()))
             speed = _clip(1.0 - inputs.train_seconds / budget_s, 0.0, 1.0)
-        outcome = "succeeded" if succeeded else ("job_failed" if inputs.job_status == "failed" else "job_died")
+        outcome: Outcome = (
+            "succeeded" if succeeded else ("job_failed" if inputs.job_status == "failed" else "job_died")
+        )
         total = self.w_validation * validation + self.w_quality * quality + self.w_speed * speed
         return RewardBreakdown(
-            total=total, validation=validation, job_quality=quality, train_speed=speed, weights=self.weights,
-            outcome=outcome, attempts=inputs.attempts, best_pre=inputs.best_pre, post=inputs.post,
-            uplift=uplift, uplift_term=uplift_term,
+            total=total,
+            validation=validation,
+            job_quality=quality,
+            train_speed=speed,
+            weights=self.weights,
+            outcome=outcome,
+            attempts=inputs.attempts,
+            best_pre=inputs.best_pre,
+            post=inputs.post,
+            uplift=uplift,
+            uplift_term=uplift_term,
         )
 
 

@@ -1,0 +1,63 @@
+"""Frozen baselines: the committed file is current, and stale or missing ones are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+
+from metatrain.baselines import (
+    BaselineEntry,
+    StaleBaselinesError,
+    best_pre,
+    eval_hash,
+    load_baselines,
+    write_entry,
+)
+from metatrain.protocols import TaskFamily
+from metatrain_families.calc_chain import CalcChain
+
+
+@attrs.frozen
+class RelocatedCalcChain(CalcChain):
+    path: Path = Path("missing.json")
+
+    def baselines_path(self) -> Path:
+        return self.path
+
+
+def entry(score: float) -> BaselineEntry:
+    return BaselineEntry(score=score, n=48, ci95=(0.0, 1.0), device="cpu", seconds=1.0)
+
+
+def test_committed_baselines_are_current_for_every_allowed_model(calc_chain: TaskFamily) -> None:
+    spec = calc_chain.task_spec("fast")
+    frozen = load_baselines(calc_chain, "fast", spec.bounds.models)
+    assert frozen.n == spec.eval_n
+    assert 0.0 <= best_pre(frozen, spec.bounds.models) <= 1.0
+
+
+def test_stale_and_missing_baselines_are_refused(tmp_path: Path) -> None:
+    fam = RelocatedCalcChain(path=tmp_path / "b.json")
+    with pytest.raises(StaleBaselinesError, match="no baselines file"):
+        load_baselines(fam, "fast")
+    digest = eval_hash(fam.hidden_eval("fast"))
+    write_entry(fam.path, fam, "fast", "smollm2-135m", entry(0.1), digest, "test")
+    write_entry(fam.path, fam, "fast", "qwen2.5-coder-0.5b", entry(0.4), digest, "test")
+    got = load_baselines(fam, "fast", ["smollm2-135m", "qwen2.5-coder-0.5b"])
+    assert best_pre(got, ["smollm2-135m", "qwen2.5-coder-0.5b"]) == 0.4
+    with pytest.raises(StaleBaselinesError, match=r"lack models \['gemma3-270m'\]"):
+        load_baselines(fam, "fast", ["gemma3-270m"])
+    with pytest.raises(StaleBaselinesError, match="no 'full' baselines"):
+        load_baselines(fam, "full")
+    with pytest.raises(StaleBaselinesError, match="version 1.0.0, the family is 2.0.0"):
+        load_baselines(attrs.evolve(fam, version="2.0.0"), "fast")
+
+
+def test_a_different_secret_makes_baselines_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fam = RelocatedCalcChain(path=tmp_path / "b.json")
+    write_entry(fam.path, fam, "fast", "smollm2-135m", entry(0.1), eval_hash(fam.hidden_eval("fast")), "test")
+    monkeypatch.setenv("METATRAIN_EVAL_SECRET", "another-secret")
+    with pytest.raises(StaleBaselinesError, match="another hidden eval"):
+        load_baselines(fam, "fast")
