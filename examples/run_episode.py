@@ -1,6 +1,6 @@
 """The smallest recipe: run one episode from Python and print its reward breakdown.
 
-    .venv/bin/python examples/run_episode.py --family calc_chain --device cpu
+.venv/bin/python examples/run_episode.py --family calc_chain --device cpu
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from metatrain_reward import DefaultReward
 
 from metatrain.protocols import RewardInputs
+from metatrain_reward import DefaultReward
 
 R = DefaultReward()
 score = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)

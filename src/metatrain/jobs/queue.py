@@ -65,6 +65,7 @@ class FileQueue:
     max_attempts: int = 3
 
     def __attrs_post_init__(self) -> None:
+        self.root = self.root.resolve()
         for d in (*STATES, "incoming"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
 

@@ -108,6 +108,7 @@ def run_job(
     from metatrain.models import prepare_model
 
     progress = progress or _noop
+    bundle_dir, result_dir = bundle_dir.resolve(), result_dir.resolve()
     started = datetime.now().astimezone()
     t0 = time.monotonic()
     manifest = load_bundle(bundle_dir)

@@ -60,6 +60,19 @@ GPU_READ_PATHS: tuple[str, ...] = (
     "/sys/module/nvidia",
     "/usr/local/cuda",
     "/usr/local/nvidia",
+    # Triton (used by torch on CUDA) runs `ldconfig -p` to find libcuda and builds its launcher
+    # with the system C compiler: the toolchain must be readable and executable.
+    "/sbin/ldconfig",
+    "/sbin/ldconfig.real",
+    "/usr/sbin/ldconfig",
+    "/usr/sbin/ldconfig.real",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/bin",
+    "/usr/bin",
+    "/usr/include",
+    "/usr/libexec",
+    "/usr/local/include",
 )
 _PSEUDO_FS = ("/proc/", "/dev/", "/sys/")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
