@@ -3,30 +3,34 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "typecheck", "tests", "slow", "notebooks"]
 ARTIFACTS = os.path.join(".nox-artifacts")
+PY = sys.executable  # the .venv interpreter nox runs in: tools come from there, not from PATH
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the package, plugins, tests and scripts."""
-    session.run("ruff", "check", "src", "plugins", "tests", "noxfile.py", "examples")
+    session.run(PY, "-m", "ruff", "check", "src", "plugins", "tests", "noxfile.py", "examples")
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the core package and the built-in plugins."""
-    session.run("mypy", "src/metatrain", "plugins/metatrain-families/src", "plugins/metatrain-reward/src")
+    session.run(
+        PY, "-m", "mypy", "src/metatrain", "plugins/metatrain-families/src", "plugins/metatrain-reward/src"
+    )
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Fast tests (no model loading)."""
-    session.run("pytest", "-q", "-m", "not slow", *session.posargs)
+    session.run(PY, "-m", "pytest", "-q", "-m", "not slow", *session.posargs)
 
 
 @nox.session
@@ -35,6 +39,8 @@ def slow(session: nox.Session) -> None:
     notebooks session opens)."""
     os.makedirs(ARTIFACTS, exist_ok=True)
     session.run(
+        PY,
+        "-m",
         "pytest",
         "-q",
         "-m",
@@ -53,7 +59,7 @@ def notebooks(session: nox.Session) -> None:
     with open(run_dir_file) as fh:
         run_dir = fh.read().strip()
     session.run(
-        "python",
+        PY,
         "-m",
         "metatrain.analysis.notebook",
         "notebooks/explore_episode.ipynb",

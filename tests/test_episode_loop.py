@@ -13,7 +13,7 @@ import pytest
 from metatrain.episode.loop import NUDGE, EpisodeConfig, run_episode
 from metatrain.hookspecs import hookimpl
 from metatrain.plugins import PluginManager, load_plugins
-from metatrain.protocols import PolicyContext, PolicyTurn, ToolCall
+from metatrain.protocols import PolicyContext, PolicyTurn, TaskFamily, ToolCall
 
 
 @attrs.define
@@ -78,16 +78,24 @@ def test_no_parseable_submission_scores_minus_point_one(tmp_path: Path) -> None:
     assert [t["type"] for t in traj].count("nudge") == 2
 
 
-def test_capped_invalid_submissions_score_zero(tmp_path: Path) -> None:
-    bad_job = json.dumps({"path": "job.toml", "content": 'family = "calc_chain"\n[train]\nmodel = "x"\n'})
-    policy = ScriptedPolicy([("write", [("write_file", bad_job)])] + [("try", [("submit_job", "{}")])] * 5)
+def test_capped_invalid_submissions_score_zero(tmp_path: Path, calc_chain: TaskFamily) -> None:
+    job = calc_chain.reference_job("fast")["job.toml"].replace("max_steps = 2", "max_steps = 500")
+    write = json.dumps({"path": "job.toml", "content": job})
+    policy = ScriptedPolicy([("write", [("write_file", write)])] + [("try", [("submit_job", "{}")])] * 5)
     result = run_episode(config(tmp_path, max_attempts=2), manager(policy))
     assert result.validation.attempts == 2 and not result.validation.valid
     assert result.reward.total == 0.0 and result.reward.outcome == "never_valid"
-    errors = result.validation.errors[0]
-    assert any("train.max_steps: Field required" in e for e in errors)
-    last_tool = policy.seen[-1][-1]
-    assert "No attempts left" in last_tool["content"]
+    assert any("train.max_steps = 500 is outside the allowed range" in e for e in result.validation.errors[0])
+    traj = [json.loads(line) for line in (Path(result.run_dir) / "trajectory.jsonl").read_text().splitlines()]
+    assert "No attempts left" in [t for t in traj if t["type"] == "tool_result"][-1]["content"]
+
+
+def test_job_files_that_do_not_match_the_schema_are_not_parseable(tmp_path: Path) -> None:
+    bad_job = json.dumps({"path": "job.toml", "content": 'family = "calc_chain"\n[train]\nmodel = "x"\n'})
+    policy = ScriptedPolicy([("write", [("write_file", bad_job)]), ("try", [("submit_job", "{}")])])
+    result = run_episode(config(tmp_path, max_attempts=1), manager(policy))
+    assert result.reward.total == -0.1 and result.reward.outcome == "no_submission"
+    assert any("train.max_steps: Field required" in e for e in result.validation.errors[0])
 
 
 def test_missing_job_file_is_not_parseable(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from metatrain.baselines import best_pre, load_baselines
+from metatrain.baselines import BudgetBaselines, best_pre, load_baselines
 from metatrain.costs import append_cost
 from metatrain.episode.artifacts import RunDir, environment_versions, new_run_id
 from metatrain.episode.instructions import INSTRUCTIONS_VERSION, system_instructions, task_markdown
@@ -19,7 +19,7 @@ from metatrain.episode.tools import AGENT_TOOL_SCHEMAS, AgentTools, ToolOutcome
 from metatrain.episode.workspace import Workspace
 from metatrain.jobs.bundle import make_bundle
 from metatrain.plugins import PluginManager
-from metatrain.protocols import PolicyContext, ProgressFn, RewardInputs
+from metatrain.protocols import Policy, PolicyContext, ProgressFn, RewardInputs
 from metatrain.specs import (
     CostRecord,
     CostSummary,
@@ -27,6 +27,7 @@ from metatrain.specs import (
     JobFile,
     JobResult,
     JobSummary,
+    TaskSpec,
     ValidationSummary,
 )
 
@@ -67,6 +68,109 @@ def _noop(event: str, data: dict[str, Any]) -> None:
     pass
 
 
+@attrs.define
+class _Episode:
+    """The state one episode accumulates while the agent works."""
+
+    config: EpisodeConfig
+    spec: TaskSpec
+    run: RunDir
+    workspace: Workspace
+    progress: ProgressFn
+    sub: _Submission = attrs.Factory(_Submission)
+    cost: CostSummary = attrs.Factory(CostSummary)
+    messages: list[dict[str, Any]] = attrs.Factory(list)
+    turns: int = 0
+
+    def submit(self) -> ToolOutcome:
+        """The ``submit_job`` tool: probe, record, tell the agent."""
+        sub = self.sub
+        sub.attempts += 1
+        self.progress("phase", {"name": "validation", "attempt": sub.attempts})
+        outcome = validate_submission(self.workspace, self.spec, self.config.probe_wall_seconds)
+        sub.any_parseable = sub.any_parseable or outcome.parseable
+        report = outcome.report
+        self.run.write_json(f"validation-{sub.attempts}.json", report.model_dump())
+        self.progress(
+            "validation",
+            {"attempt": sub.attempts, "ok": report.ok, "errors": report.errors, "seconds": report.seconds},
+        )
+        if report.ok:
+            sub.job = outcome.job
+            return ToolOutcome(f"VALID (attempt {sub.attempts}). The job is queued for training.", True, True)
+        sub.errors.append(report.errors)
+        left = self.config.max_attempts - sub.attempts
+        tail = f"{left} attempt(s) left." if left > 0 else "No attempts left; the episode ends."
+        return ToolOutcome(
+            f"INVALID (attempt {sub.attempts}):\n- " + "\n- ".join(report.errors) + f"\n{tail}", False
+        )
+
+    def say(self, record_type: str, message: dict[str, Any], **extra: Any) -> None:
+        self.messages.append(message)
+        self.run.log_turn({"type": record_type, **extra, **message})
+
+    def agent_loop(self, policy: Policy, tools: AgentTools) -> None:
+        """Turns until a valid submission, the attempt cap, the turn cap or too many idle turns."""
+        config, sub = self.config, self.sub
+        nudges = 0
+        while self.turns < config.max_turns and sub.job is None and sub.attempts < config.max_attempts:
+            self.turns += 1
+            turn = policy.next_turn(list(self.messages), AGENT_TOOL_SCHEMAS)
+            self.cost.tokens_in += turn.tokens_in
+            self.cost.tokens_out += turn.tokens_out
+            self.cost.usd += turn.usd
+            assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
+            if turn.tool_calls:
+                assistant["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in turn.tool_calls
+                ]
+            self.say(
+                "message",
+                assistant,
+                turn=self.turns,
+                tokens_in=turn.tokens_in,
+                tokens_out=turn.tokens_out,
+                usd=turn.usd,
+            )
+            self.progress("turn", {"turn": self.turns, "tools": [c.name for c in turn.tool_calls]})
+            if not turn.tool_calls:
+                if nudges >= config.max_nudges:
+                    break
+                nudges += 1
+                self.say("nudge", {"role": "user", "content": NUDGE}, turn=self.turns)
+                continue
+            for call in turn.tool_calls:
+                out = tools.dispatch(call.name, call.arguments)
+                msg = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": out.content}
+                self.say("tool_result", msg, turn=self.turns, ok=out.ok)
+                if out.submitted or sub.attempts >= config.max_attempts:
+                    break
+
+    def record_costs(self, run_id: str) -> None:
+        record = CostRecord(
+            ts=datetime.now().astimezone(),
+            run_id=run_id,
+            kind="agent",
+            model=self.config.agent,
+            tokens_in=self.cost.tokens_in,
+            tokens_out=self.cost.tokens_out,
+            usd=self.cost.usd,
+        )
+        for ledger in (self.run.path / "costs.jsonl", self.config.runs_root / "costs.jsonl"):
+            append_cost(ledger, record)
+
+
+def _baseline_view(budget: str, baselines: BudgetBaselines, best: float) -> dict[str, Any]:
+    """What ``get_baseline_scores`` shows the agent."""
+    return {
+        "budget": budget,
+        "eval_n": baselines.n,
+        "best_pre": best,
+        "models": {m: {"score": e.score, "ci95": e.ci95, "n": e.n} for m, e in baselines.models.items()},
+    }
+
+
 def run_episode(
     config: EpisodeConfig, pm: PluginManager, progress: ProgressFn | None = None
 ) -> EpisodeResult:
@@ -94,12 +198,7 @@ def run_episode(
     workspace = Workspace(run.workspace)
     workspace.write("TASK.md", task_markdown(spec))
     workspace.write("dev_examples.jsonl", "\n".join(e.model_dump_json() for e in spec.dev_examples) + "\n")
-    baseline_view = {
-        "budget": config.budget,
-        "eval_n": baselines.n,
-        "best_pre": best,
-        "models": {m: {"score": e.score, "ci95": e.ci95, "n": e.n} for m, e in baselines.models.items()},
-    }
+    view = _baseline_view(config.budget, baselines, best)
     run.write_json(
         "manifest.json",
         {
@@ -110,95 +209,24 @@ def run_episode(
             "instructions_version": INSTRUCTIONS_VERSION,
             "eval_hash": baselines.eval_hash,
             "spec_sha256": _sha(spec.model_dump_json()),
-            "baselines": baseline_view,
+            "baselines": view,
             "versions": environment_versions(),
         },
     )
-    sub = _Submission()
-
-    def submit() -> ToolOutcome:
-        sub.attempts += 1
-        progress("phase", {"name": "validation", "attempt": sub.attempts})
-        outcome = validate_submission(workspace, spec, config.probe_wall_seconds)
-        sub.any_parseable = sub.any_parseable or outcome.parseable
-        report = outcome.report
-        run.write_json(f"validation-{sub.attempts}.json", report.model_dump())
-        progress(
-            "validation",
-            {"attempt": sub.attempts, "ok": report.ok, "errors": report.errors, "seconds": report.seconds},
-        )
-        if report.ok:
-            sub.job = outcome.job
-            return ToolOutcome(f"VALID (attempt {sub.attempts}). The job is queued for training.", True, True)
-        sub.errors.append(report.errors)
-        left = config.max_attempts - sub.attempts
-        tail = f"{left} attempt(s) left." if left > 0 else "No attempts left; the episode ends."
-        return ToolOutcome(
-            f"INVALID (attempt {sub.attempts}):\n- " + "\n- ".join(report.errors) + f"\n{tail}", False
-        )
-
-    tools = AgentTools(workspace, baseline_view, submit)
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_instructions(config.max_attempts)},
+    ep = _Episode(config, spec, run, workspace, progress)
+    ep.say("message", {"role": "system", "content": system_instructions(config.max_attempts)})
+    ep.say(
+        "message",
         {
             "role": "user",
             "content": f"Your task is in TASK.md. Family: {spec.family}, budget: {spec.budget}.",
         },
-    ]
-    for m in messages:
-        run.log_turn({"type": "message", **m})
-    cost = CostSummary()
-    nudges = turns = 0
-    progress("phase", {"name": "agent", "agent": config.agent})
-    while turns < config.max_turns and sub.job is None and sub.attempts < config.max_attempts:
-        turns += 1
-        turn = policy.next_turn(list(messages), AGENT_TOOL_SCHEMAS)
-        cost.tokens_in += turn.tokens_in
-        cost.tokens_out += turn.tokens_out
-        cost.usd += turn.usd
-        assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
-        if turn.tool_calls:
-            assistant["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in turn.tool_calls
-            ]
-        messages.append(assistant)
-        run.log_turn(
-            {
-                "type": "message",
-                "turn": turns,
-                "tokens_in": turn.tokens_in,
-                "tokens_out": turn.tokens_out,
-                "usd": turn.usd,
-                **assistant,
-            }
-        )
-        progress("turn", {"turn": turns, "tools": [c.name for c in turn.tool_calls]})
-        if not turn.tool_calls:
-            if nudges >= config.max_nudges:
-                break
-            nudges += 1
-            messages.append({"role": "user", "content": NUDGE})
-            run.log_turn({"type": "nudge", "turn": turns, "role": "user", "content": NUDGE})
-            continue
-        for call in turn.tool_calls:
-            out = tools.dispatch(call.name, call.arguments)
-            msg = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": out.content}
-            messages.append(msg)
-            run.log_turn({"type": "tool_result", "turn": turns, "ok": out.ok, **msg})
-            if out.submitted or sub.attempts >= config.max_attempts:
-                break
-    agent_cost = CostRecord(
-        ts=datetime.now().astimezone(),
-        run_id=run_id,
-        kind="agent",
-        model=config.agent,
-        tokens_in=cost.tokens_in,
-        tokens_out=cost.tokens_out,
-        usd=cost.usd,
     )
-    for ledger in (run.path / "costs.jsonl", config.runs_root / "costs.jsonl"):
-        append_cost(ledger, agent_cost)
+    progress("phase", {"name": "agent", "agent": config.agent})
+    ep.agent_loop(policy, AgentTools(workspace, view, ep.submit))
+    ep.record_costs(run_id)
+
+    sub = ep.sub
     job_result = _run_job(run, provider, spec, sub, run_id, progress)
     reward = scheme.compute(
         RewardInputs(
@@ -212,19 +240,6 @@ def run_episode(
             budget=config.budget,
         )
     )
-    job_summary = JobSummary(best_pre=best)
-    if job_result is not None:
-        job_summary = JobSummary(
-            job_id=job_result.job_id,
-            status=job_result.status,
-            pre_score=job_result.pre_score,
-            post_score=job_result.post_score,
-            best_pre=best,
-            uplift=None if job_result.post_score is None else job_result.post_score - best,
-            train_seconds=job_result.train_seconds,
-            eval_n=job_result.eval_n,
-            train_steps=job_result.train_steps,
-        )
     result = EpisodeResult(
         run_id=run_id,
         family=spec.family,
@@ -234,16 +249,32 @@ def run_episode(
         provider=config.provider,
         model=sub.job.train.model if sub.job else None,
         validation=ValidationSummary(attempts=sub.attempts, valid=sub.job is not None, errors=sub.errors),
-        job=job_summary,
+        job=_job_summary(job_result, best),
         reward=reward,
-        cost=cost,
-        turns=turns,
+        cost=ep.cost,
+        turns=ep.turns,
         wall_seconds=time.monotonic() - t0,
         run_dir=str(run.path),
     )
     run.write_json("result.json", json.loads(result.model_dump_json()))
     progress("done", {"result": result})
     return result
+
+
+def _job_summary(job: JobResult | None, best: float) -> JobSummary:
+    if job is None:
+        return JobSummary(best_pre=best)
+    return JobSummary(
+        job_id=job.job_id,
+        status=job.status,
+        pre_score=job.pre_score,
+        post_score=job.post_score,
+        best_pre=best,
+        uplift=None if job.post_score is None else job.post_score - best,
+        train_seconds=job.train_seconds,
+        eval_n=job.eval_n,
+        train_steps=job.train_steps,
+    )
 
 
 def _sha(text: str) -> str:
