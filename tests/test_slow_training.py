@@ -28,29 +28,38 @@ def smollm2() -> Path:
     return prepare_model("smollm2-135m")
 
 
-def test_tiny_trl_grpo_run_on_cpu(
-    smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
-) -> None:
-    job_file = reference_workspace / "job.toml"
-    text = (
-        job_file.read_text()
-        .replace("max_steps = 2", "max_steps = 1")
-        .replace("batch_size = 2", "batch_size = 1")
-        .replace("rollouts_per_example = 4", "rollouts_per_example = 2")
-        .replace("max_tokens = 96", "max_tokens = 24")
-    )
+def train_tiny(
+    model: Path, workspace: Path, spec: TaskSpec, tmp_path: Path
+) -> tuple[dict[str, object], Path]:
+    """One GRPO step (1 prompt x 2 rollouts x 24 tokens) in the training sandbox."""
+    job_file = workspace / "job.toml"
+    text = job_file.read_text()
+    for old, new in (
+        ("max_steps = 2", "max_steps = 1"),
+        ("batch_size = 2", "batch_size = 1"),
+        ("rollouts_per_example = 4", "rollouts_per_example = 2"),
+        ("max_tokens = 96", "max_tokens = 24"),
+    ):
+        text = text.replace(old, new)
     job_file.write_text(text)
-    bundle = make_bundle(tmp_path / "bundle", reference_workspace, parse_job_toml(text), fast_spec, "j", "r")
+    bundle = make_bundle(tmp_path / "bundle", workspace, parse_job_toml(text), spec, "j", "r")
     out = tmp_path / "out"
     out.mkdir()
     with tempfile.TemporaryDirectory() as scratch:
         res = run_sandboxed(
-            training_policy(bundle, smollm2, out, Path(scratch), wall_seconds=600, gpu=False),
+            training_policy(bundle, model, out, Path(scratch), wall_seconds=600, gpu=False),
             "metatrain.training.trl_backend:train_job",
-            {"bundle_dir": str(bundle), "out_dir": str(out), "model_dir": str(smollm2), "device": "cpu"},
+            {"bundle_dir": str(bundle), "out_dir": str(out), "model_dir": str(model), "device": "cpu"},
         )
     assert res.ok, res.error
-    assert res.value["steps"] == 1
+    return res.value, out
+
+
+def test_tiny_trl_grpo_run_on_cpu(
+    smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
+) -> None:
+    summary, out = train_tiny(smollm2, reference_workspace, fast_spec, tmp_path)
+    assert summary["steps"] == 1
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[0]["step"] == 1 and "reward" in rows[0]
     from transformers import AutoModelForCausalLM
@@ -129,3 +138,13 @@ def test_full_episode_from_the_cli(tmp_path: Path) -> None:
         subprocess.run(["rm", "-rf", str(dest)], check=True)
         subprocess.run(["cp", "-r", str(run_dir), str(dest)], check=True)
         (Path(artifacts) / "episode_run_dir.txt").write_text(str(dest))
+
+
+def test_tiny_trl_run_with_a_stateful_env(
+    smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
+) -> None:
+    from test_stateful_env import make_stateful
+
+    make_stateful(reference_workspace)
+    summary, _ = train_tiny(smollm2, reference_workspace, fast_spec, tmp_path)
+    assert summary["steps"] == 1

@@ -13,6 +13,7 @@ from metatrain.training.environment import (
     load_job_environment,
     to_vf_messages,
     user_reward_funcs,
+    visible_tools,
 )
 
 MAX_ERRORS = 12
@@ -25,7 +26,7 @@ def _tool_errors(env: Any, spec: TaskSpec) -> list[str]:
     errors: list[str] = []
     expected = {t.name: t for t in spec.eval.tools}
     got: dict[str, dict[str, Any]] = {}
-    for tool in env.tools:
+    for tool in visible_tools(env):
         name = getattr(tool, "__name__", repr(tool))
         try:
             got[name] = get_json_schema(tool)["function"]

@@ -125,3 +125,62 @@ def call_reward(func: RewardFn, **objects: Any) -> float:
 
 async def _await(value: Any) -> Any:
     return await value
+
+
+def visible_tools(env: Any) -> list[Callable[..., Any]]:
+    """The environment's tools as the model sees them: injected (skipped) arguments removed."""
+    from verifiers.envs.stateful_tool_env import filter_signature
+
+    skipped = dict(getattr(env, "skipped_args", None) or {})
+    return [filter_signature(t, skipped.get(_tool_name(t), [])) for t in env.tools]
+
+
+def _tool_name(tool: Any) -> str:
+    return str(getattr(tool, "__name__", type(tool).__name__))
+
+
+def is_stateful(env: Any) -> bool:
+    import verifiers as vf
+
+    return isinstance(env, vf.StatefulToolEnv)
+
+
+def rollout_environment_factory(env: Any) -> Callable[[], Any]:
+    """A TRL ``environment_factory`` for a ``vf.StatefulToolEnv``: one object per rollout.
+
+    ``reset(**row)`` starts a fresh state from the dataset row; each tool method calls the env's
+    ``update_tool_args`` (which injects hidden arguments such as the example's world) and then the
+    tool. The rollout's state is ``instance.state``; reward functions receive it as ``state``.
+    """
+    methods: dict[str, Any] = {}
+    for tool, shown in zip(env.tools, visible_tools(env), strict=True):
+        methods[_tool_name(tool)] = _tool_method(env, tool, shown)
+
+    def reset(self: Any, **row: Any) -> None:
+        info = row.get("info") or {}
+        self.state = {"info": info, "answer": row.get("answer", ""), "prompt": row.get("prompt")}
+        return None
+
+    cls = type("RolloutTools", (), {"reset": reset, **methods})
+    return cls
+
+
+def _tool_method(env: Any, tool: Callable[..., Any], shown: Callable[..., Any]) -> Callable[..., Any]:
+    name = _tool_name(tool)
+
+    def method(self: Any, **kwargs: Any) -> Any:
+        args = env.update_tool_args(name, dict(kwargs), [], self.state) or kwargs
+        value = tool(**args)
+        if inspect.isawaitable(value):
+            import asyncio
+
+            value = asyncio.run(_await(value))
+        return value
+
+    sig = inspect.signature(shown)
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__name__ = name
+    method.__doc__ = tool.__doc__
+    method.__signature__ = sig.replace(parameters=[self_param, *sig.parameters.values()])  # type: ignore[attr-defined]
+    method.__annotations__ = dict(getattr(shown, "__annotations__", {}))
+    return method

@@ -19,7 +19,9 @@ from metatrain.training.dialect import install_parser
 from metatrain.training.environment import (
     RewardFn,
     call_reward,
+    is_stateful,
     load_job_environment,
+    rollout_environment_factory,
     to_vf_messages,
     user_reward_funcs,
 )
@@ -39,6 +41,7 @@ def _trl_reward(func: RewardFn, parser: Any) -> Any:
             row = {
                 k: (v[i] if isinstance(v, list) and len(v) == len(prompts) else v) for k, v in columns.items()
             }
+            env_state = getattr(row.pop("environments", None), "state", {})
             completion_msgs = to_vf_messages(completion) if isinstance(completion, list) else completion
             prompt_msgs = to_vf_messages(prompt) if isinstance(prompt, list) else prompt
             try:
@@ -50,7 +53,7 @@ def _trl_reward(func: RewardFn, parser: Any) -> Any:
                         answer=row.get("answer", ""),
                         info=row.get("info") or {},
                         task=row.get("task", "default"),
-                        state={"prompt": prompt_msgs, "completion": completion_msgs, **row},
+                        state={**env_state, "prompt": prompt_msgs, "completion": completion_msgs, **row},
                         parser=parser,
                     )
                 )
@@ -110,6 +113,7 @@ def train_job(
     dataset = dataset.select_columns(keep)
     funcs = user_reward_funcs(env)
     parser = getattr(env, "parser", None)
+    stateful = is_stateful(env)
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
@@ -129,7 +133,8 @@ def train_job(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(table),
-        tools=list(env.tools),
+        tools=[] if stateful else list(env.tools),
+        environment_factory=rollout_environment_factory(env) if stateful else None,
         callbacks=[_callback(writer)],
     )
     t_train = time.monotonic()

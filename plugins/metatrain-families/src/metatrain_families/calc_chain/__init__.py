@@ -9,9 +9,15 @@ from typing import Any
 
 import attrs
 
-from metatrain.specs import Bounds, EvalInterface, Example, FloatRange, IntRange, TaskSpec, ToolSchema
+from metatrain.specs import Bounds, EvalInterface, Example, FloatRange, IntRange, TaskSpec
 from metatrain_families.calc_chain.tools import TOOLS
-from metatrain_families.common import baselines_file, extract_answer, normalise_int, render_template
+from metatrain_families.common import (
+    baselines_file,
+    extract_answer,
+    normalise_int,
+    render_template,
+    tool_schemas,
+)
 from metatrain_families.secret import eval_seed
 
 SYSTEM_PROMPT = (
@@ -83,12 +89,6 @@ def _bounds(budget: str) -> Bounds:
     )
 
 
-def tool_schemas() -> list[ToolSchema]:
-    from transformers.utils import get_json_schema
-
-    return [ToolSchema.model_validate(get_json_schema(fn)["function"]) for fn in TOOLS]
-
-
 @attrs.frozen
 class CalcChain:
     """The calc_chain task family."""
@@ -114,7 +114,7 @@ class CalcChain:
             budget=budget,
             held_out=self.held_out,
             eval=EvalInterface(
-                tools=tool_schemas(),
+                tools=tool_schemas(TOOLS),
                 system_prompt=SYSTEM_PROMPT,
                 answer_format="<answer>N</answer> with N an integer (commas and a leading + are tolerated)",
                 max_turns=d.n_ops + 2,
