@@ -9,5 +9,6 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first: 2.13.0 (CPU) is served from local disk on our machines; everything else from PyPI.
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]" -e plugins/metatrain-families -e plugins/metatrain-reward
+.venv/bin/python -m pip install -q -e ".[dev]" -e plugins/metatrain-families -e plugins/metatrain-reward \
+  -e examples/metatrain-example-family
 touch .venv/.metatrain-installed

@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from metatrain.cli import families as families_cli
+
 app = typer.Typer(help="metatrain: an agent writes RL training jobs for small models.", no_args_is_help=True)
 models_app = typer.Typer(help="Embedded models: list and prepare.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -38,10 +40,27 @@ def episode(
     max_turns: Annotated[int, typer.Option(min=1, max=500)] = 30,
     max_attempts: Annotated[int, typer.Option(min=1, max=20, help="Validation attempts")] = 3,
     reward: Annotated[str, typer.Option(help="Reward scheme")] = "default",
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible endpoint for --agent openai:MODEL (default: OpenRouter)"),
+    ] = None,
+    agent_max_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Output-token cap per agent turn (policy default if unset)")
+    ] = None,
+    budget_usd: Annotated[
+        float | None, typer.Option(min=0.0, help="Stop the agent before a call that could exceed this (USD)")
+    ] = None,
+    global_budget_usd: Annotated[
+        float | None, typer.Option(min=0.0, help="Stop before the ledger RUNS/costs.jsonl could exceed this")
+    ] = None,
+    compute_price_per_hour: Annotated[
+        float | None, typer.Option(min=0.0, help="USD per hour of job time for the provider (local: 0)")
+    ] = None,
 ) -> None:
     """Run one episode: the agent writes a job, it is validated, trained, scored and rewarded."""
     from metatrain.baselines import StaleBaselinesError
     from metatrain.cli.display import EpisodeDisplay, summary_table
+    from metatrain.default_plugins.openai_policy import AgentError
     from metatrain.episode.loop import EpisodeConfig, run_episode
     from metatrain.plugins import PluginError, load_plugins
 
@@ -55,17 +74,47 @@ def episode(
         max_turns=max_turns,
         max_attempts=max_attempts,
         reward=reward,
+        base_url=base_url,
+        agent_max_tokens=agent_max_tokens,
+        budget_usd=budget_usd,
+        global_budget_usd=global_budget_usd,
+        compute_price_per_hour=compute_price_per_hour,
     )
     try:
         with EpisodeDisplay(console) as display:
             result = run_episode(config, load_plugins(), display)
-    except (PluginError, StaleBaselinesError, ValueError) as exc:
+    except (PluginError, StaleBaselinesError, ValueError, AgentError) as exc:
         _fail(str(exc))
     console.print(summary_table(result))
+    c = result.cost
+    console.print(
+        f"cost: agent ${c.usd:.4f} ({c.calls} calls) + compute ${c.compute_usd:.4f} = ${c.total_usd:.4f}"
+        + (f"  [yellow]{c.stop}[/]: {c.notes[-1]}" if c.stop else "")
+    )
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(result.model_dump_json(indent=2) + "\n")
         console.print(f"wrote {json_out}")
+
+
+@app.command()
+def costs(
+    runs: Annotated[Path, typer.Option(help="Runs directory (its costs.jsonl is the global ledger)")] = Path(
+        "runs"
+    ),
+) -> None:
+    """Summarise the global cost ledger per run, per model and per day."""
+    from metatrain.costs import read_costs
+    from metatrain.costs.report import by_day, by_model, by_run, cost_table, summarise
+
+    ledger = runs / "costs.jsonl"
+    records = read_costs(ledger)
+    if not records:
+        console.print(f"no cost records in {ledger}")
+        return
+    console.print(cost_table(f"per run ({ledger})", "run", summarise(records, by_run)))
+    console.print(cost_table("per model", "kind: model", summarise(records, by_model)))
+    console.print(cost_table("per day", "day", summarise(records, by_day)))
 
 
 @app.command()
@@ -197,6 +246,9 @@ def run_job_cmd(bundle: Path, result_dir: Path, device: Annotated[str, typer.Opt
 
     result = run_job(bundle, result_dir, device, lambda e, d: console.log(e, d))
     console.print_json(result.model_dump_json())
+
+
+families_cli.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,96 @@
+"""The family conformance kit passes real families and catches broken ones."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from metatrain.conformance import check_family, failed
+from metatrain.protocols import TaskFamily
+from metatrain.specs import Example
+from metatrain_families.calc_chain import DIFFICULTY, CalcChain, generate_example
+
+FAST = ("fast",)
+CHEAP = ("determinism", "disjoint splits", "scorer", "tool schemas", "token budget", "eval secrecy")
+
+
+def problems(family: TaskFamily) -> dict[str, str]:
+    return {r.name: r.detail for r in failed(check_family(family, FAST, CHEAP))}
+
+
+def test_calc_chain_conforms_through_the_pytest_plugin(
+    assert_family_conforms: Callable[..., None], calc_chain: TaskFamily
+) -> None:
+    assert_family_conforms(calc_chain, budgets=FAST)
+
+
+@attrs.frozen
+class PublicSeedEval(CalcChain):
+    def hidden_eval(self, budget: str) -> list[Example]:
+        rng = random.Random(0)
+        return [generate_example(rng, DIFFICULTY[budget], f"e{i}") for i in range(48)]
+
+
+@attrs.frozen
+class GenerousScorer(CalcChain):
+    def score(self, example: Example, final_text: str) -> float:
+        return 1.0
+
+
+@attrs.frozen
+class LeakyDev(CalcChain):
+    def hidden_eval(self, budget: str) -> list[Example]:
+        dev = self.task_spec(budget).dev_examples
+        return [*dev, *super().hidden_eval(budget)[len(dev) :]]
+
+
+@attrs.frozen
+class WrongTools(CalcChain):
+    def tools_for(self, example: Example) -> list[Callable[..., Any]]:
+        def add(a: str, b: str) -> str:
+            """Concatenate.
+
+            Args:
+                a: first
+                b: second
+            """
+            return a + b
+
+        return [add, *super().tools_for(example)[1:]]
+
+
+@attrs.frozen
+class Unstable(CalcChain):
+    def hidden_eval(self, budget: str) -> list[Example]:
+        examples = super().hidden_eval(budget)
+        random.shuffle(examples)
+        return examples
+
+
+@pytest.mark.parametrize(
+    ("family", "check", "message"),
+    [
+        (PublicSeedEval(), "eval secrecy", "does not depend on the eval secret"),
+        (GenerousScorer(), "scorer", "perturbed answer"),
+        (LeakyDev(), "disjoint splits", "dev examples also in the hidden eval"),
+        (WrongTools(), "tool schemas", "tool add"),
+        (Unstable(), "determinism", "hidden_eval() differs"),
+    ],
+)
+def test_broken_families_are_caught(family: TaskFamily, check: str, message: str) -> None:
+    found = problems(family)
+    assert check in found and message in found[check], found
+
+
+def test_a_family_that_crashes_is_reported_not_raised() -> None:
+    @attrs.frozen
+    class Crashing(CalcChain):
+        def hidden_eval(self, budget: str) -> list[Example]:
+            raise RuntimeError("generator bug")
+
+    found = problems(Crashing())
+    assert "generator bug" in found["determinism"]
