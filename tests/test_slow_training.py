@@ -76,6 +76,7 @@ def test_hidden_eval_scores_the_base_model(smollm2: Path, calc_chain: TaskFamily
     assert report.ci95[0] <= report.score <= report.ci95[1]
 
 
+@pytest.mark.timeout(2700)
 def test_full_episode_from_the_cli(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     out = tmp_path / "episode.json"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from metatrain.default_plugins.local_provider import LocalProvider
+from metatrain.default_plugins.openai_policy import OpenAIPolicyFactory
 from metatrain.default_plugins.reference_policy import ReferencePolicyFactory
+from metatrain.default_plugins.transformers_policy import TransformersPolicyFactory
 from metatrain.hookspecs import Register, hookimpl
 
 
@@ -15,3 +17,5 @@ def register_compute_providers(register: Register) -> None:
 @hookimpl
 def register_policies(register: Register) -> None:
     register(ReferencePolicyFactory())
+    register(OpenAIPolicyFactory())
+    register(TransformersPolicyFactory())

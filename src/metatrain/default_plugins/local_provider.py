@@ -23,6 +23,8 @@ class LocalProvider:
     device: str = "cpu"
     queue_root: Path = Path("runs/queue")
     train_wall_seconds: float | None = None
+    price_per_hour: float = 0.0
+    """USD per hour of job time, for cost records (0 by default: this machine's CPU)."""
 
     def configure(self, **options: Any) -> LocalProvider:
         return attrs.evolve(self, **{k: v for k, v in options.items() if v is not None})

@@ -3,32 +3,20 @@
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 
 from metatrain.specs import TaskSpec
 
-INSTRUCTIONS_VERSION = "1"
+INSTRUCTIONS_VERSION = "2"
+"""Bump when ``instructions.md`` changes meaning; recorded in each run's manifest."""
 
-SYSTEM_INSTRUCTIONS = """\
-You are an ML engineer. Your job: write a complete reinforcement-learning training job that teaches a
-small language model the task described in TASK.md, so that the trained model scores well on a hidden
-evaluation you will never see.
-
-You work only through tools: list_files, read_file, write_file, edit_file, get_baseline_scores and
-submit_job. Write two files in the workspace:
-- env.py: a module with load_environment(**kwargs) returning a classic-API verifiers.ToolEnv
-  (dataset with question/answer/info columns, the eval tools exactly as specified, a vf.Rubric).
-- job.toml: the job file (format in TASK.md), within the bounds in TASK.md.
-Then call submit_job. If validation fails you get the errors and may fix and resubmit; attempts are
-capped at {max_attempts}.
-
-How you are rewarded: first, the job must validate (a first-try valid submission is worth most;
-every extra attempt is worth less). Then job quality: 75% from the trained model's improvement over the
-best untrained allowed model (get_baseline_scores), 25% from its absolute hidden-eval score.
-"""
+SYSTEM_INSTRUCTIONS = files("metatrain.episode").joinpath("instructions.md").read_text(encoding="utf-8")
+"""The system-prompt template (``{max_attempts}``, ``{max_turns}``), from ``instructions.md``."""
 
 
-def system_instructions(max_attempts: int) -> str:
-    return SYSTEM_INSTRUCTIONS.format(max_attempts=max_attempts)
+def system_instructions(max_attempts: int, max_turns: int = 30) -> str:
+    """The system prompt an agent gets for an episode with these caps."""
+    return SYSTEM_INSTRUCTIONS.format(max_attempts=max_attempts, max_turns=max_turns)
 
 
 JOB_EXAMPLE = """\

@@ -11,7 +11,8 @@ from typing import Any
 import attrs
 
 from metatrain.baselines import BudgetBaselines, best_pre, load_baselines
-from metatrain.costs import append_cost
+from metatrain.costs import Budget
+from metatrain.costs.meter import Meter
 from metatrain.episode.artifacts import RunDir, environment_versions, new_run_id
 from metatrain.episode.instructions import INSTRUCTIONS_VERSION, system_instructions, task_markdown
 from metatrain.episode.probe import validate_submission
@@ -19,10 +20,8 @@ from metatrain.episode.tools import AGENT_TOOL_SCHEMAS, AgentTools, ToolOutcome
 from metatrain.episode.workspace import Workspace
 from metatrain.jobs.bundle import make_bundle
 from metatrain.plugins import PluginManager
-from metatrain.protocols import Policy, PolicyContext, ProgressFn, RewardInputs
+from metatrain.protocols import Policy, PolicyContext, PolicyTurn, ProgressFn, RewardInputs
 from metatrain.specs import (
-    CostRecord,
-    CostSummary,
     EpisodeResult,
     JobFile,
     JobResult,
@@ -35,6 +34,15 @@ NUDGE = (
     "You did not call a tool. Keep working through the tools: write env.py and job.toml, then call "
     "submit_job."
 )
+STALL_NUDGE = (
+    "Several turns have passed without writing a file or submitting. Write env.py and job.toml now "
+    "(write_file), then call submit_job."
+)
+STALL_TURNS = 6
+"""Turns with tool calls but no successful write/edit/submit before the stall nudge."""
+MAX_ERRORS_SHOWN = 20
+MAX_ERROR_CHARS = 6000
+_PROGRESS_TOOLS = frozenset({"write_file", "edit_file", "submit_job"})
 
 
 @attrs.frozen
@@ -54,6 +62,24 @@ class EpisodeConfig:
     probe_wall_seconds: float = 180.0
     train_wall_seconds: float | None = None
     seed: int = 0
+    base_url: str | None = None
+    agent_max_tokens: int | None = None
+    budget_usd: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
+    global_budget_usd: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
+    compute_price_per_hour: float | None = None
+
+
+@attrs.frozen
+class EpisodePolicyContext(PolicyContext):
+    """The PolicyContext an episode passes: also the endpoint and output cap from the config."""
+
+    base_url: str | None = None
+    max_tokens: int | None = None
+    device: str = "cpu"
 
 
 @attrs.define
@@ -77,8 +103,8 @@ class _Episode:
     run: RunDir
     workspace: Workspace
     progress: ProgressFn
+    meter: Meter
     sub: _Submission = attrs.Factory(_Submission)
-    cost: CostSummary = attrs.Factory(CostSummary)
     messages: list[dict[str, Any]] = attrs.Factory(list)
     turns: int = 0
 
@@ -101,64 +127,82 @@ class _Episode:
         sub.errors.append(report.errors)
         left = self.config.max_attempts - sub.attempts
         tail = f"{left} attempt(s) left." if left > 0 else "No attempts left; the episode ends."
-        return ToolOutcome(
-            f"INVALID (attempt {sub.attempts}):\n- " + "\n- ".join(report.errors) + f"\n{tail}", False
-        )
+        return ToolOutcome(f"INVALID (attempt {sub.attempts}):\n{_capped(report.errors)}\n{tail}", False)
 
     def say(self, record_type: str, message: dict[str, Any], **extra: Any) -> None:
         self.messages.append(message)
         self.run.log_turn({"type": record_type, **extra, **message})
 
     def agent_loop(self, policy: Policy, tools: AgentTools) -> None:
-        """Turns until a valid submission, the attempt cap, the turn cap or too many idle turns."""
+        """Turns until a valid submission, the attempt cap, the turn cap, a budget or too many idle turns."""
         config, sub = self.config, self.sub
-        nudges = 0
+        nudges = stalled = 0
         while self.turns < config.max_turns and sub.job is None and sub.attempts < config.max_attempts:
-            self.turns += 1
-            turn = policy.next_turn(list(self.messages), AGENT_TOOL_SCHEMAS)
-            self.cost.tokens_in += turn.tokens_in
-            self.cost.tokens_out += turn.tokens_out
-            self.cost.usd += turn.usd
-            assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
-            if turn.tool_calls:
-                assistant["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in turn.tool_calls
-                ]
-            self.say(
-                "message",
-                assistant,
-                turn=self.turns,
-                tokens_in=turn.tokens_in,
-                tokens_out=turn.tokens_out,
-                usd=turn.usd,
-            )
-            self.progress("turn", {"turn": self.turns, "tools": [c.name for c in turn.tool_calls]})
+            turn = self.call(policy)
+            if turn is None:
+                return
             if not turn.tool_calls:
                 if nudges >= config.max_nudges:
                     break
                 nudges += 1
                 self.say("nudge", {"role": "user", "content": NUDGE}, turn=self.turns)
                 continue
+            progressed = False
             for call in turn.tool_calls:
                 out = tools.dispatch(call.name, call.arguments)
                 msg = {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": out.content}
                 self.say("tool_result", msg, turn=self.turns, ok=out.ok)
+                progressed = (
+                    progressed or (out.ok and call.name in _PROGRESS_TOOLS) or call.name == "submit_job"
+                )
                 if out.submitted or sub.attempts >= config.max_attempts:
                     break
+            stalled = 0 if progressed else stalled + 1
+            if stalled >= STALL_TURNS and sub.job is None:
+                stalled = 0
+                self.say("nudge", {"role": "user", "content": STALL_NUDGE}, turn=self.turns, reason="stall")
 
-    def record_costs(self, run_id: str) -> None:
-        record = CostRecord(
-            ts=datetime.now().astimezone(),
-            run_id=run_id,
-            kind="agent",
-            model=self.config.agent,
-            tokens_in=self.cost.tokens_in,
-            tokens_out=self.cost.tokens_out,
-            usd=self.cost.usd,
+    def call(self, policy: Policy) -> PolicyTurn | None:
+        """One metered model call, or None when the budget does not allow its worst case."""
+        check = self.meter.precheck(policy, self.messages, AGENT_TOOL_SCHEMAS)
+        if not check.ok:
+            self.run.log_turn({"type": "budget_exhausted", "scope": check.scope, "note": check.note})
+            self.progress("budget", {"scope": check.scope, "note": check.note})
+            return None
+        self.turns += 1
+        try:
+            turn = policy.next_turn(list(self.messages), AGENT_TOOL_SCHEMAS)
+        except Exception as exc:
+            self.run.log_turn(
+                {"type": "policy_error", "turn": self.turns, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            raise
+        self.meter.agent_call(turn, self.config.agent, str(getattr(policy, "cost_note", "") or ""))
+        assistant: dict[str, Any] = {"role": "assistant", "content": turn.content}
+        if turn.tool_calls:
+            assistant["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in turn.tool_calls
+            ]
+        self.say(
+            "message",
+            assistant,
+            turn=self.turns,
+            tokens_in=turn.tokens_in,
+            tokens_out=turn.tokens_out,
+            usd=turn.usd,
         )
-        for ledger in (self.run.path / "costs.jsonl", self.config.runs_root / "costs.jsonl"):
-            append_cost(ledger, record)
+        self.progress("turn", {"turn": self.turns, "tools": [c.name for c in turn.tool_calls]})
+        return turn
+
+
+def _capped(errors: list[str]) -> str:
+    """Validation errors verbatim, at most MAX_ERRORS_SHOWN of them and MAX_ERROR_CHARS in all."""
+    shown = "- " + "\n- ".join(errors[:MAX_ERRORS_SHOWN])
+    more = len(errors) - MAX_ERRORS_SHOWN
+    if len(shown) > MAX_ERROR_CHARS:
+        shown = shown[:MAX_ERROR_CHARS] + " [...]"
+    return shown + (f"\n({more} more errors not shown)" if more > 0 else "")
 
 
 def _baseline_view(budget: str, baselines: BudgetBaselines, best: float) -> dict[str, Any]:
@@ -186,10 +230,22 @@ def run_episode(
         device=config.device,
         queue_root=config.runs_root / "queue",
         train_wall_seconds=config.train_wall_seconds,
+        **(
+            {} if config.compute_price_per_hour is None else {"price_per_hour": config.compute_price_per_hour}
+        ),
     )
     agent_name, _, agent_arg = config.agent.partition(":")
     policy = pm.policy(agent_name).create(
-        agent_arg or None, PolicyContext(family, spec, config.budget, config.seed)
+        agent_arg or None,
+        EpisodePolicyContext(
+            family,
+            spec,
+            config.budget,
+            config.seed,
+            base_url=config.base_url,
+            max_tokens=config.agent_max_tokens,
+            device=config.device,
+        ),
     )
 
     run_id = new_run_id(config.family)
@@ -213,8 +269,15 @@ def run_episode(
             "versions": environment_versions(),
         },
     )
-    ep = _Episode(config, spec, run, workspace, progress)
-    ep.say("message", {"role": "system", "content": system_instructions(config.max_attempts)})
+    meter = Meter(
+        run_id,
+        (run.path / "costs.jsonl", config.runs_root / "costs.jsonl"),
+        Budget(config.budget_usd, config.global_budget_usd, config.runs_root / "costs.jsonl"),
+    )
+    ep = _Episode(config, spec, run, workspace, progress, meter)
+    ep.say(
+        "message", {"role": "system", "content": system_instructions(config.max_attempts, config.max_turns)}
+    )
     ep.say(
         "message",
         {
@@ -224,10 +287,13 @@ def run_episode(
     )
     progress("phase", {"name": "agent", "agent": config.agent})
     ep.agent_loop(policy, AgentTools(workspace, view, ep.submit))
-    ep.record_costs(run_id)
 
     sub = ep.sub
     job_result = _run_job(run, provider, spec, sub, run_id, progress)
+    if job_result is not None:
+        seconds = job_result.timing.total or job_result.train_seconds
+        price = float(getattr(provider, "price_per_hour", 0.0) or 0.0)
+        meter.compute(f"{config.provider}:{job_result.device}", seconds, price)
     reward = scheme.compute(
         RewardInputs(
             any_parseable=sub.any_parseable,
@@ -251,7 +317,7 @@ def run_episode(
         validation=ValidationSummary(attempts=sub.attempts, valid=sub.job is not None, errors=sub.errors),
         job=_job_summary(job_result, best),
         reward=reward,
-        cost=ep.cost,
+        cost=meter.summary,
         turns=ep.turns,
         wall_seconds=time.monotonic() - t0,
         run_dir=str(run.path),

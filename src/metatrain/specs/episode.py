@@ -37,9 +37,20 @@ class JobSummary(BaseModel):
 
 
 class CostSummary(BaseModel):
+    """What an episode spent: ``usd`` is agent (model-call) USD; ``total_usd`` adds compute."""
+
     tokens_in: int = 0
     tokens_out: int = 0
     usd: float = 0.0
+    compute_usd: float = 0.0
+    total_usd: float = 0.0
+    calls: int = 0
+    compute_seconds: float = 0.0
+    budget_usd: float | None = None
+    global_budget_usd: float | None = None
+    budget_exhausted: bool = False
+    stop: str | None = Field(None, description='"budget_exhausted" when a budget ended the agent loop')
+    notes: list[str] = Field(default_factory=list)
 
 
 class EpisodeResult(BaseModel):

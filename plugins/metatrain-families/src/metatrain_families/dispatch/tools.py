@@ -1,0 +1,54 @@
+"""dispatch's eval tools. Each reads the example's support-desk world; ``world`` is hidden from the model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def _find(world: dict[str, Any], table: str, key: str, value: str, what: str) -> str:
+    wanted = str(value).strip().casefold()
+    for record in world[table]:
+        if str(record[key]).casefold() == wanted:
+            return json.dumps(record, sort_keys=True)
+    known = ", ".join(str(r[key]) for r in world[table])
+    raise ValueError(f"no {what} {value!r}; known {what}s: {known}")
+
+
+def get_ticket(world: dict[str, Any], ticket_id: str) -> str:
+    """Fetch a support ticket.
+
+    Args:
+        ticket_id: The ticket's id, e.g. T-1234.
+
+    Returns:
+        A JSON object with the ticket's id, customer_id, category, severity (1-4) and channel.
+    """
+    return _find(world, "tickets", "id", ticket_id, "ticket id")
+
+
+def get_customer(world: dict[str, Any], customer_id: str) -> str:
+    """Fetch a customer's account.
+
+    Args:
+        customer_id: The customer's id, e.g. C-123.
+
+    Returns:
+        A JSON object with the customer's id, tier and region.
+    """
+    return _find(world, "customers", "id", customer_id, "customer id")
+
+
+def get_sla(world: dict[str, Any], tier: str) -> str:
+    """Fetch the service-level agreement of a customer tier.
+
+    Args:
+        tier: The tier name: bronze, silver, gold or platinum.
+
+    Returns:
+        A JSON object with the tier and its response_hours.
+    """
+    return _find(world, "slas", "tier", tier, "tier")
+
+
+TOOLS = (get_ticket, get_customer, get_sla)

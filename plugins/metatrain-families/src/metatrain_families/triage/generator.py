@@ -1,0 +1,153 @@
+"""triage's example generator: a small service graph, incidents, a day of deploys, one culprit.
+
+The reference environment (reference_env.py.tmpl) mirrors this code call for call, so its training
+set follows exactly this distribution (a test checks that both produce the same prompts).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import attrs
+
+from metatrain.specs import Example
+
+SERVICES = (
+    "checkout", "payments", "auth", "inventory", "search", "catalog", "cart", "shipping",
+    "notifications", "billing", "gateway", "profile", "recommendations", "reviews", "pricing", "media",
+)  # fmt: skip
+TEAMS = (
+    "atlas", "borealis", "cobalt", "delta", "ember", "fjord", "granite", "harbor",
+    "ion", "juniper", "kestrel", "lumen", "meridian", "nimbus", "onyx", "prism",
+)  # fmt: skip
+SYMPTOMS = (
+    "error rate above 5%", "p99 latency over 2s", "5xx spike on the public API",
+    "queue backlog growing", "health checks failing",
+)  # fmt: skip
+CHANGES = (
+    "bump dependency versions", "tune connection pool size", "enable new caching layer",
+    "refactor request validation", "raise request timeout", "rotate TLS certificates",
+    "migrate config to new format", "add retry on upstream calls",
+)  # fmt: skip
+ASK = {
+    "deploy": "Reply with the culprit deploy's id as <answer>DEPLOY_ID</answer>.",
+    "team": (
+        "Reply with the team to page, the team that owns the service the culprit deploy went to, "
+        "as <answer>TEAM</answer>."
+    ),
+}
+
+
+@attrs.frozen
+class Difficulty:
+    """Knobs of the generator."""
+
+    n_deps: int
+    n_other: int
+    earlier: tuple[int, int]
+    rollback_p: float
+    questions: tuple[str, ...]
+
+    @property
+    def needed_calls(self) -> int:
+        """Tool calls a competent solver needs at most (rolled-back decoys need get_deploy checks)."""
+        checks = 2 if self.rollback_p > 0 else 1 if "team" in self.questions else 0
+        return 2 + (1 + self.n_deps) + checks
+
+
+def rule(d: Difficulty) -> str:
+    """The culprit rule, as the prompt states it."""
+    extra = " Deploys that were rolled back do not count." if d.rollback_p > 0 else ""
+    return (
+        "Rule: the culprit is the most recent deploy made at or before the moment the open incident "
+        f"started, to the alerting service itself or to a service it directly depends on.{extra}"
+    )
+
+
+def hhmm(minute: int) -> str:
+    return f"{minute // 60:02d}:{minute % 60:02d}"
+
+
+def _free(rng: random.Random, lo: int, hi: int, used: set[int]) -> int | None:
+    choices = [m for m in range(lo, hi + 1) if m not in used]
+    if not choices:
+        return None
+    pick = rng.choice(choices)
+    used.add(pick)
+    return pick
+
+
+def _world(rng: random.Random, d: Difficulty) -> tuple[dict[str, Any], dict[str, Any]]:
+    names = rng.sample(SERVICES, 1 + d.n_deps + d.n_other)
+    teams = rng.sample(TEAMS, len(names))
+    root, deps, others = names[0], names[1 : 1 + d.n_deps], names[1 + d.n_deps :]
+    owner = dict(zip(names, teams, strict=True))
+    services = []
+    for name in names:
+        if name == root:
+            depends_on = list(deps)
+        else:
+            pool = [o for o in others if o != name]
+            depends_on = rng.sample(pool, rng.randint(0, min(1, len(pool))))
+        services.append({"name": name, "team": owner[name], "depends_on": depends_on})
+    start = rng.randint(9 * 60, 20 * 60)
+    ids = rng.sample(range(1000, 10000), 3)
+    resolved_at = start - rng.randint(120, 480)
+    elsewhere, elsewhere_at = rng.choice(others), start - rng.randint(0, 90)
+    incidents = [
+        {"id": f"INC-{ids[0]}", "service": root, "started": hhmm(start), "status": "open"},
+        {"id": f"INC-{ids[1]}", "service": root, "started": hhmm(resolved_at), "status": "resolved"},
+        {"id": f"INC-{ids[2]}", "service": elsewhere, "started": hhmm(elsewhere_at), "status": "open"},
+    ]
+    for incident in incidents:
+        incident["summary"] = rng.choice(SYMPTOMS)
+    used: set[int] = set()
+    related = [root, *deps]
+    culprit_service = rng.choice(related)
+    culprit_at = _free(rng, start - 60, start - 5, used)
+    plan: list[tuple[str, int | None, bool]] = [(culprit_service, culprit_at, False)]
+    for name in related:
+        for _ in range(rng.randint(*d.earlier)):
+            plan.append((name, _free(rng, start - 300, start - 65, used), False))
+        if rng.random() < 0.5:
+            plan.append((name, _free(rng, start + 1, start + 90, used), False))
+    if rng.random() < d.rollback_p:
+        plan.append((rng.choice(related), _free(rng, start - 4, start, used), True))
+    for name in others:
+        plan.append((name, _free(rng, start - 4, start, used), False))
+        plan.append((name, _free(rng, start - 300, start + 90, used), False))
+    deploy_ids = rng.sample(range(0x1000, 0x10000), len(plan))
+    deploys = [
+        {
+            "id": f"dep-{deploy_ids[i]:04x}",
+            "service": name,
+            "at": hhmm(at),
+            "team": owner[name],
+            "change": rng.choice(CHANGES),
+            "rolled_back": rolled_back,
+        }
+        for i, (name, at, rolled_back) in enumerate(plan)
+        if at is not None
+    ]
+    culprit = dict(deploys[0])
+    deploys.sort(key=lambda r: (r["at"], r["id"]))
+    return {"services": services, "incidents": incidents, "deploys": deploys}, culprit
+
+
+def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
+    """One example: its world (services, incidents, deploys), the alert in the prompt, and the answer."""
+    kind = rng.choice(d.questions)
+    world, culprit = _world(rng, d)
+    root = world["incidents"][0]["service"]
+    prompt = (
+        f"Service {root} is alerting. Triage it with the tools: find its open incident, then the deploy "
+        f"that caused it.\n{rule(d)}\n{ASK[kind]}"
+    )
+    answer = culprit["id"] if kind == "deploy" else culprit["team"]
+    return Example(
+        id=example_id,
+        prompt=prompt,
+        answer=answer,
+        info={"world": world, "question": {"kind": kind, "service": root}, "culprit": culprit},
+    )

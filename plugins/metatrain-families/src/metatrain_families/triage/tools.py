@@ -1,0 +1,93 @@
+"""triage's eval tools: read-only views of one example's ``world`` (hidden from the model).
+
+The world holds lists of records (Arrow-safe): ``services`` ({name, team, depends_on}),
+``incidents`` ({id, service, started, status, summary}) and ``deploys`` ({id, service, at, team,
+change, rolled_back}); times are ``"HH:MM"`` on one day. Names and ids are matched case-insensitively.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def minutes(text: Any) -> int:
+    """``"HH:MM"`` -> minutes since midnight; ValueError with a hint otherwise."""
+    m = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s*", str(text))
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+        raise ValueError(f"times look like '14:05' (24-hour HH:MM), got {text!r}")
+    return int(m.group(1)) * 60 + int(m.group(2))
+
+
+def _service(world: dict[str, Any], name: Any) -> dict[str, Any]:
+    key = str(name).strip().lower()
+    for record in world["services"]:
+        if record["name"] == key:
+            return record
+    known = ", ".join(sorted(r["name"] for r in world["services"]))
+    raise ValueError(f"no service named {key!r}; services: {known}")
+
+
+def list_incidents(world: dict[str, Any], service: str) -> list[dict[str, Any]]:
+    """List the incidents recorded on a service, oldest first.
+
+    Args:
+        service: The service name.
+
+    Returns:
+        One entry per incident: id, started (HH:MM), status (open or resolved) and summary.
+    """
+    name = _service(world, service)["name"]
+    found = [i for i in world["incidents"] if i["service"] == name]
+    return [
+        {"id": i["id"], "started": i["started"], "status": i["status"], "summary": i["summary"]}
+        for i in sorted(found, key=lambda i: minutes(i["started"]))
+    ]
+
+
+def get_service(world: dict[str, Any], name: str) -> dict[str, Any]:
+    """Describe a service: the team that owns it and the services it directly depends on.
+
+    Args:
+        name: The service name.
+
+    Returns:
+        name, team and depends_on (a list of service names).
+    """
+    record = _service(world, name)
+    return {"name": record["name"], "team": record["team"], "depends_on": list(record["depends_on"])}
+
+
+def list_deploys(world: dict[str, Any], service: str, since: str) -> list[dict[str, Any]]:
+    """List the deploys made to a service at or after a time, oldest first.
+
+    Args:
+        service: The service name.
+        since: The earliest deploy time to include, as HH:MM (24-hour; "00:00" lists the whole day).
+
+    Returns:
+        One entry per deploy: id and at (HH:MM).
+    """
+    name = _service(world, service)["name"]
+    start = minutes(since)
+    found = [d for d in world["deploys"] if d["service"] == name and minutes(d["at"]) >= start]
+    return [{"id": d["id"], "at": d["at"]} for d in sorted(found, key=lambda d: minutes(d["at"]))]
+
+
+def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
+    """Show one deploy in full.
+
+    Args:
+        deploy_id: The deploy id, e.g. dep-1a2b.
+
+    Returns:
+        id, service, at (HH:MM), team (the service's owner), change, and rolled_back (true or false).
+    """
+    key = str(deploy_id).strip().lower()
+    for record in world["deploys"]:
+        if record["id"] == key:
+            return dict(record)
+    raise ValueError(f"no deploy with id {key!r}; list_deploys(service, since) lists a service's deploys")
+
+
+TOOLS = (list_incidents, get_service, list_deploys, get_deploy)

@@ -1,0 +1,266 @@
+"""The ledger family: generator, scorer, stateful tools, hidden-eval solvability, reference job."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib.util
+import inspect
+import json
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from metatrain.episode.probe import validate_submission
+from metatrain.episode.workspace import Workspace
+from metatrain.plugins import load_plugins
+from metatrain.protocols import TaskFamily
+from metatrain.specs import Example, parse_job_toml
+from metatrain.training.environment import to_vf_messages
+from metatrain.training.table import bound_errors
+from metatrain_families.common import tool_schemas
+from metatrain_families.ledger import DIFFICULTY, Ledger
+from metatrain_families.ledger.generator import generate_example
+from metatrain_families.ledger.tools import TOOLS
+
+FAMILY = Ledger()
+BUDGETS = ["fast", "full"]
+STEP_RES = [
+    (re.compile(r"^\d+\. Open a new account named (\w+)\.$"), "open_account", ("account",)),
+    (re.compile(r"^\d+\. Deposit (\d+) into (\w+)\.$"), "deposit", ("amount", "account")),
+    (re.compile(r"^\d+\. Withdraw (\d+) from (\w+)\.$"), "withdraw", ("amount", "account")),
+    (
+        re.compile(r"^\d+\. Transfer (\d+) from (\w+) to (\w+)\.$"),
+        "transfer",
+        ("amount", "from_account", "to_account"),
+    ),
+]
+
+
+def parse_prompt(prompt: str) -> tuple[list[str], list[tuple[str, dict[str, Any]]], str]:
+    """Accounts on file, the instructions as tool calls, and the question line: read from the prompt alone."""
+    existing = re.search(r"Accounts on file: ([\w, ]+) \(", prompt)
+    assert existing
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for line in prompt.splitlines():
+        for pattern, op, keys in STEP_RES:
+            m = pattern.match(line)
+            if m:
+                args = dict(zip(keys, m.groups(), strict=True))
+                if "amount" in args:
+                    args["amount"] = int(args["amount"])
+                calls.append((op, args))
+    question = prompt.splitlines()[-1]
+    return existing.group(1).split(", "), calls, question
+
+
+def solve(family: Ledger, example: Example) -> tuple[str, int]:
+    """Answer an example as a competent tool user would (prompt and tools only); also the calls it made."""
+    tools: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in family.tools_for(example)}
+    accounts, calls, question = parse_prompt(example.prompt)
+    refused = 0
+    for op, args in calls:
+        try:
+            tools[op](**args)
+        except ValueError as exc:
+            assert "refused" in str(exc)
+            refused += 1
+        if op == "open_account":
+            accounts.append(args["account"])
+    if "How many" in question:
+        return str(refused), len(calls)
+    if "Which account" in question:
+        held = {name: tools["balance"](account=name) for name in accounts}
+        return max(held, key=lambda n: held[n]), len(calls) + len(held)
+    m = re.search(r"final balance of (\w+)\?", question)
+    assert m
+    return str(tools["balance"](account=m.group(1))), len(calls) + 1
+
+
+def test_registered_and_shaped() -> None:
+    family = load_plugins().task_family("ledger")
+    assert isinstance(family, TaskFamily)
+    assert (family.name, family.version, family.held_out) == ("ledger", "1.0.0", False)
+    assert family.baselines_path().name == "ledger.json"
+    with pytest.raises(ValueError):
+        family.task_spec("huge")
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_generator_is_deterministic_per_seed(budget: str) -> None:
+    d = DIFFICULTY[budget]
+    a = [generate_example(random.Random(7), d, "x") for _ in range(3)]
+    b = [generate_example(random.Random(7), d, "x") for _ in range(3)]
+    assert a == b
+    assert generate_example(random.Random(8), d, "x") != a[0]
+    assert FAMILY.hidden_eval(budget) == FAMILY.hidden_eval(budget)
+    assert FAMILY.task_spec(budget) == FAMILY.task_spec(budget)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_dev_and_hidden_eval_are_disjoint(budget: str) -> None:
+    spec = FAMILY.task_spec(budget)
+    hidden = FAMILY.hidden_eval(budget)
+    assert len(spec.dev_examples) == 5 and len(hidden) == spec.eval_n == {"fast": 48, "full": 200}[budget]
+    assert not {e.prompt for e in spec.dev_examples} & {e.prompt for e in hidden}
+    assert len({e.id for e in hidden}) == len(hidden)
+    assert len({e.prompt for e in hidden}) > 0.95 * len(hidden)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_scorer_is_exact(budget: str) -> None:
+    for ex in FAMILY.task_spec(budget).dev_examples + FAMILY.hidden_eval(budget)[:40]:
+        assert FAMILY.score(ex, f"Done. <answer>{ex.answer}</answer>") == 1.0
+        assert FAMILY.score(ex, f"{ex.answer}") == 0.0
+        if ex.answer.lstrip("-").isdigit():
+            assert FAMILY.score(ex, f"<answer> {int(ex.answer):,} </answer>") == 1.0
+            assert FAMILY.score(ex, f"<answer>{int(ex.answer) + 1}</answer>") == 0.0
+        else:
+            assert FAMILY.score(ex, f"<answer>Account {ex.answer.upper()}.</answer>") == 1.0
+            assert FAMILY.score(ex, "<answer>nobody</answer>") == 0.0
+
+
+def test_tool_schemas_match_the_implementations() -> None:
+    spec = FAMILY.task_spec("fast")
+    assert spec.eval.tools == tool_schemas(TOOLS)
+    example = spec.dev_examples[0]
+    for schema, fn in zip(spec.eval.tools, FAMILY.tools_for(example), strict=True):
+        params = list(inspect.signature(fn).parameters)
+        assert schema.name == fn.__name__
+        assert "world" not in schema.parameters["properties"]
+        assert list(schema.parameters["properties"]) == params
+        assert schema.parameters["required"] == params
+        assert schema.description
+
+
+def test_tools_share_state_within_a_rollout_and_never_across() -> None:
+    example = FAMILY.task_spec("full").dev_examples[0]
+    before = copy.deepcopy(example.info)
+    first = {fn.__name__: fn for fn in FAMILY.tools_for(example)}
+    second = {fn.__name__: fn for fn in FAMILY.tools_for(example)}
+    name = example.info["world"]["accounts"][0]["name"]
+    start = first["balance"](account=name)
+    assert first["deposit"](account=name, amount=1000) == start + 1000
+    assert first["balance"](account=name) == start + 1000
+    assert second["balance"](account=name) == start
+    first["open_account"](account="zed")
+    with pytest.raises(ValueError, match="no account named 'zed'"):
+        second["balance"](account="zed")
+    assert example.info == before
+
+
+def test_tool_errors_are_helpful() -> None:
+    tools = {fn.__name__: fn for fn in FAMILY.tools_for(FAMILY.task_spec("fast").dev_examples[0])}
+    name = FAMILY.task_spec("fast").dev_examples[0].info["world"]["accounts"][0]["name"]
+    held = tools["balance"](account=name)
+    with pytest.raises(ValueError, match=r"refused.*overdraw"):
+        tools["withdraw"](account=name, amount=held + 1)
+    assert tools["balance"](account=name) == held
+    with pytest.raises(ValueError, match="positive whole number"):
+        tools["deposit"](account=name, amount=-5)
+    with pytest.raises(ValueError, match="already exists"):
+        tools["open_account"](account=name.upper())
+    assert tools["deposit"](account=f" {name.upper()} ", amount="5") == held + 5
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_every_hidden_eval_example_is_solvable_with_the_tools(budget: str) -> None:
+    most = 0
+    for ex in FAMILY.hidden_eval(budget) + FAMILY.task_spec(budget).dev_examples:
+        answer, calls = solve(FAMILY, ex)
+        assert answer == ex.answer, ex.prompt
+        assert FAMILY.score(ex, f"<answer>{answer}</answer>") == 1.0
+        most = max(most, calls)
+    assert most + 2 == FAMILY.task_spec(budget).eval.max_turns
+
+
+# ---- the reference job ----
+
+
+def _workspace(tmp_path: Path, budget: str) -> Path:
+    ws = tmp_path / f"ws-{budget}"
+    ws.mkdir()
+    for name, text in FAMILY.reference_job(budget).items():
+        (ws / name).write_text(text)
+    return ws
+
+
+def _load_env_module(ws: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"ledger_env_{ws.name}", ws / "env.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_job_parses_and_is_within_bounds(budget: str, tmp_path: Path) -> None:
+    spec = FAMILY.task_spec(budget)
+    job = parse_job_toml(FAMILY.reference_job(budget)["job.toml"])
+    assert job.family == "ledger"
+    n = job.env_args["num_examples"]
+    assert bound_errors(job.train, spec.bounds, dataset_size=n, max_turns=spec.eval.max_turns) == []
+    assert job.train.model == ("smollm2-135m" if budget == "fast" else "qwen2.5-coder-0.5b")
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_env_mirrors_the_generator(budget: str, tmp_path: Path) -> None:
+    env = _load_env_module(_workspace(tmp_path, budget))
+    for seed in range(30):
+        row = env._example(random.Random(seed))
+        ex = generate_example(random.Random(seed), DIFFICULTY[budget], "x")
+        assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, ex.info)
+
+
+def _assistant_call(name: str, args: dict[str, Any], i: int) -> Any:
+    from verifiers.types import AssistantMessage, ToolCall
+
+    return AssistantMessage(
+        content="", tool_calls=[ToolCall(id=f"c{i}", name=name, arguments=json.dumps(args))]
+    )
+
+
+def test_reference_env_rollout_state_and_rubric(tmp_path: Path) -> None:
+    import verifiers as vf
+
+    module = _load_env_module(_workspace(tmp_path, "full"))
+    env = module.load_environment(num_examples=4)
+    spec = FAMILY.task_spec("full")
+    for ex in spec.dev_examples:
+        info = copy.deepcopy(ex.info)
+        state = vf.State(input={"prompt": [], "answer": ex.answer, "info": info, "example_id": 0})
+        other = vf.State(input={"prompt": [], "answer": ex.answer, "info": info, "example_id": 1})
+        completion: list[Any] = []
+        for i, (op, args) in enumerate(parse_prompt(ex.prompt)[1]):
+            call = _assistant_call(op, args, i)
+            completion.append(call)
+            completion += asyncio.run(env.env_response([call], state))
+        name = info["world"]["accounts"][0]["name"]
+        probe_call = _assistant_call("balance", {"account": name}, 99)
+        fresh = asyncio.run(env.env_response([probe_call], other))
+        assert fresh[0].content == str(info["world"]["accounts"][0]["balance"])
+        assert info == ex.info
+        completion.append(vf.AssistantMessage(content=f"<answer>{ex.answer}</answer>"))
+        assert module.correct_answer(completion, ex.answer) == 1.0
+        assert module.correct_steps(completion, info) == 1.0
+        spam = [_assistant_call("balance", {"account": name}, 1), *fresh] * 4
+        assert module.correct_steps(spam, info) == 0.0
+        assert (
+            module.correct_answer(to_vf_messages([{"role": "assistant", "content": "no idea"}]), ex.answer)
+            == 0
+        )
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
+    outcome = validate_submission(Workspace(_workspace(tmp_path, budget)), FAMILY.task_spec(budget))
+    assert outcome.report.ok, outcome.report.errors
+    scores = outcome.report.checks["rubric_scores"]
+    assert isinstance(scores, dict)
+    assert scores["correct_answer"][::2] == [1.0] * (len(scores["correct_answer"]) // 2)
+    assert not any(scores["correct_answer"][1::2]) and not any(scores["correct_steps"])

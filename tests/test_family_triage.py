@@ -1,0 +1,244 @@
+"""The triage family (held out): generator, scorer, tools, hidden-eval solvability, reference job."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import copy
+import importlib.util
+import inspect
+import json
+import random
+import re
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from metatrain.episode.probe import validate_submission
+from metatrain.episode.workspace import Workspace
+from metatrain.plugins import load_plugins
+from metatrain.protocols import TaskFamily
+from metatrain.specs import Example, parse_job_toml
+from metatrain.training.environment import to_vf_messages
+from metatrain.training.table import bound_errors
+from metatrain_families.common import tool_schemas
+from metatrain_families.triage import DIFFICULTY, Triage
+from metatrain_families.triage.generator import generate_example
+from metatrain_families.triage.tools import TOOLS, minutes
+
+FAMILY = Triage()
+BUDGETS = ["fast", "full"]
+Call = tuple[str, dict[str, Any]]
+
+
+def solve_calls(call: Callable[[str, dict[str, Any]], Any], prompt: str) -> tuple[str, list[Call]]:
+    """Triage as a competent on-call engineer would, from the prompt and tool results alone."""
+    made: list[Call] = []
+
+    def tool(tool_name: str, **args: Any) -> Any:
+        made.append((tool_name, args))
+        return call(tool_name, args)
+
+    m = re.match(r"Service (\S+) is alerting", prompt)
+    assert m
+    root = m.group(1)
+    started = next(i["started"] for i in tool("list_incidents", service=root) if i["status"] == "open")
+    deps = tool("get_service", name=root)["depends_on"]
+    candidates = [
+        d for s in [root, *deps] for d in tool("list_deploys", service=s, since="00:00")
+        if minutes(d["at"]) <= minutes(started)
+    ]  # fmt: skip
+    for deploy in sorted(candidates, key=lambda d: minutes(d["at"]), reverse=True):
+        if "rolled back" not in prompt and "team to page" not in prompt:
+            return deploy["id"], made
+        detail = tool("get_deploy", deploy_id=deploy["id"])
+        if not detail["rolled_back"]:
+            return (detail["team"] if "team to page" in prompt else detail["id"]), made
+    raise AssertionError("no culprit found")
+
+
+def solve(family: Triage, example: Example) -> tuple[str, int]:
+    tools: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in family.tools_for(example)}
+    answer, made = solve_calls(lambda name, args: tools[name](**args), example.prompt)
+    return answer, len(made)
+
+
+def test_registered_and_held_out() -> None:
+    family = load_plugins().task_family("triage")
+    assert isinstance(family, TaskFamily)
+    assert (family.name, family.version, family.held_out) == ("triage", "1.0.0", True)
+    assert family.task_spec("fast").held_out
+    assert family.baselines_path().name == "triage.json"
+    with pytest.raises(ValueError):
+        family.hidden_eval("huge")
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_generator_is_deterministic_per_seed(budget: str) -> None:
+    d = DIFFICULTY[budget]
+    a = [generate_example(random.Random(7), d, "x") for _ in range(3)]
+    assert a == [generate_example(random.Random(7), d, "x") for _ in range(3)]
+    assert generate_example(random.Random(8), d, "x") != a[0]
+    assert FAMILY.hidden_eval(budget) == FAMILY.hidden_eval(budget)
+    assert FAMILY.task_spec(budget) == FAMILY.task_spec(budget)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_dev_and_hidden_eval_are_disjoint(budget: str) -> None:
+    spec = FAMILY.task_spec(budget)
+    hidden = FAMILY.hidden_eval(budget)
+    assert len(spec.dev_examples) == 5 and len(hidden) == spec.eval_n == {"fast": 48, "full": 200}[budget]
+    dev_worlds = {json.dumps(e.info["world"], sort_keys=True) for e in spec.dev_examples}
+    assert not dev_worlds & {json.dumps(e.info["world"], sort_keys=True) for e in hidden}
+    assert len({e.id for e in hidden}) == len(hidden)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_scorer_is_exact(budget: str) -> None:
+    for ex in FAMILY.task_spec(budget).dev_examples + FAMILY.hidden_eval(budget)[:40]:
+        assert FAMILY.score(ex, f"It was this one. <answer>{ex.answer}</answer>") == 1.0
+        assert FAMILY.score(ex, f"<answer> '{ex.answer.upper()}'. </answer>") == 1.0
+        assert FAMILY.score(ex, ex.answer) == 0.0
+        assert FAMILY.score(ex, f"<answer>{ex.answer}x</answer>") == 0.0
+        wrong = next(d for d in ex.info["world"]["deploys"] if d["id"] != ex.info["culprit"]["id"])
+        assert FAMILY.score(ex, f"<answer>{wrong['id']}</answer>") == 0.0
+        if ex.info["question"]["kind"] == "team":
+            assert FAMILY.score(ex, f"<answer>team {ex.answer}</answer>") == 1.0
+
+
+def test_tool_schemas_match_the_implementations() -> None:
+    spec = FAMILY.task_spec("full")
+    assert spec.eval.tools == tool_schemas(TOOLS)
+    for schema, fn in zip(spec.eval.tools, FAMILY.tools_for(spec.dev_examples[0]), strict=True):
+        params = list(inspect.signature(fn).parameters)
+        assert schema.name == fn.__name__ and schema.description
+        assert "world" not in schema.parameters["properties"]
+        assert list(schema.parameters["properties"]) == params == schema.parameters["required"]
+
+
+def test_tools_never_share_state_and_leave_info_alone() -> None:
+    example = FAMILY.task_spec("full").dev_examples[0]
+    before = copy.deepcopy(example.info)
+    first = {fn.__name__: fn for fn in FAMILY.tools_for(example)}
+    second = {fn.__name__: fn for fn in FAMILY.tools_for(example)}
+    root = example.info["question"]["service"]
+    first["get_service"](name=root)["depends_on"].append("evil")
+    first["get_deploy"](deploy_id=example.info["culprit"]["id"])["rolled_back"] = True
+    assert "evil" not in second["get_service"](name=root)["depends_on"]
+    assert "evil" not in first["get_service"](name=root)["depends_on"]
+    assert first["get_deploy"](deploy_id=example.info["culprit"]["id"])["rolled_back"] is False
+    assert example.info == before
+
+
+def test_tool_errors_are_helpful() -> None:
+    tools = {fn.__name__: fn for fn in FAMILY.tools_for(FAMILY.task_spec("fast").dev_examples[0])}
+    with pytest.raises(ValueError, match="no service named 'nope'; services: "):
+        tools["get_service"](name="nope")
+    with pytest.raises(ValueError, match="HH:MM"):
+        tools["list_deploys"](
+            service=FAMILY.task_spec("fast").dev_examples[0].info["question"]["service"], since="2pm"
+        )
+    with pytest.raises(ValueError, match="list_deploys"):
+        tools["get_deploy"](deploy_id="dep-zzzz")
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_every_hidden_eval_example_is_solvable_with_the_tools(budget: str) -> None:
+    most = 0
+    for ex in FAMILY.hidden_eval(budget) + FAMILY.task_spec(budget).dev_examples:
+        answer, calls = solve(FAMILY, ex)
+        assert answer == ex.answer, ex.prompt
+        assert FAMILY.score(ex, f"<answer>{answer}</answer>") == 1.0
+        most = max(most, calls)
+    assert most + 2 == FAMILY.task_spec(budget).eval.max_turns
+
+
+# ---- the reference job ----
+
+
+def _workspace(tmp_path: Path, budget: str) -> Path:
+    ws = tmp_path / f"ws-{budget}"
+    ws.mkdir()
+    for name, text in FAMILY.reference_job(budget).items():
+        (ws / name).write_text(text)
+    return ws
+
+
+def _load_env_module(ws: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"triage_env_{ws.name}", ws / "env.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_job_parses_and_is_within_bounds(budget: str) -> None:
+    spec = FAMILY.task_spec(budget)
+    job = parse_job_toml(FAMILY.reference_job(budget)["job.toml"])
+    assert job.family == "triage"
+    n = job.env_args["num_examples"]
+    assert bound_errors(job.train, spec.bounds, dataset_size=n, max_turns=spec.eval.max_turns) == []
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_env_mirrors_the_generator(budget: str, tmp_path: Path) -> None:
+    env = _load_env_module(_workspace(tmp_path, budget))
+    for seed in range(30):
+        row = env._example(random.Random(seed))
+        ex = generate_example(random.Random(seed), DIFFICULTY[budget], "x")
+        assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, ex.info)
+
+
+def test_reference_env_rollout_and_rubric(tmp_path: Path) -> None:
+    import verifiers as vf
+    from verifiers.types import AssistantMessage, ToolCall
+
+    module = _load_env_module(_workspace(tmp_path, "full"))
+    env = module.load_environment(num_examples=4)
+    for ex in FAMILY.task_spec("full").dev_examples:
+        info = copy.deepcopy(ex.info)
+        state = vf.State(input={"prompt": [], "answer": ex.answer, "info": info, "example_id": 0})
+        completion: list[Any] = []
+
+        def call(
+            name: str, args: dict[str, Any], completion: list[Any] = completion, state: Any = state
+        ) -> Any:
+            msg = AssistantMessage(
+                content="",
+                tool_calls=[ToolCall(id=f"c{len(completion)}", name=name, arguments=json.dumps(args))],
+            )
+            completion.append(msg)
+            reply = asyncio.run(env.env_response([msg], state))
+            completion.extend(reply)
+            return ast.literal_eval(reply[0].content)  # verifiers shows str(result)
+
+        answer, _ = solve_calls(call, ex.prompt)
+        assert answer == ex.answer and info == ex.info
+        completion.append(vf.AssistantMessage(content=f"<answer>{answer}</answer>"))
+        assert module.correct_answer(completion, ex.answer) == 1.0
+        assert module.culprit_seen(completion, info) == 1.0
+        scan = list(completion)
+        for s in info["world"]["services"]:
+            args = json.dumps({"service": s["name"], "since": "00:00"})
+            scan.append(
+                AssistantMessage(
+                    content="", tool_calls=[ToolCall(id="s", name="list_deploys", arguments=args)]
+                )
+            )
+        assert module.culprit_seen(scan, info) == 0.0
+        no_tools = to_vf_messages([{"role": "assistant", "content": "<answer>dep-0000</answer>"}])
+        assert module.correct_answer(no_tools, ex.answer) == module.culprit_seen(no_tools, info) == 0.0
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
+    outcome = validate_submission(Workspace(_workspace(tmp_path, budget)), FAMILY.task_spec(budget))
+    assert outcome.report.ok, outcome.report.errors
+    scores = outcome.report.checks["rubric_scores"]
+    assert isinstance(scores, dict)
+    assert scores["correct_answer"][::2] == [1.0] * (len(scores["correct_answer"]) // 2)
+    assert not any(scores["correct_answer"][1::2]) and not any(scores["culprit_seen"])
