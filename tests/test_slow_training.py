@@ -113,7 +113,10 @@ def test_full_episode_from_the_cli(tmp_path: Path) -> None:
     assert result["job"]["status"] == "succeeded"
     assert result["job"]["post_score"] is not None and result["job"]["eval_n"] == 48
     assert set(result["reward"]["weights"]) == {"validation", "job_quality", "train_speed"}
-    assert result["cost"] == {"tokens_in": 0, "tokens_out": 0, "usd": 0.0}
+    cost = result["cost"]
+    assert (cost["tokens_in"], cost["tokens_out"], cost["usd"]) == (0, 0, 0.0)
+    assert cost["compute_usd"] == 0.0 and cost["compute_seconds"] > 0
+    assert cost["budget_exhausted"] is False
     run_dir = Path(result["run_dir"])
     for rel in (
         "trajectory.jsonl",
