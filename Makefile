@@ -1,7 +1,7 @@
 # The two commands of README.md: `make episode` and `make test`. Both set up .venv first.
 SHELL := /bin/bash
 VENV_STAMP := .venv/.metatrain-installed
-SETUP_INPUTS := pyproject.toml plugins/metatrain-families/pyproject.toml plugins/metatrain-reward/pyproject.toml examples/metatrain-example-family/pyproject.toml scripts/setup.sh
+SETUP_INPUTS := pyproject.toml plugins/metatrain-families/pyproject.toml plugins/metatrain-reward/pyproject.toml plugins/metatrain-runpod/pyproject.toml plugins/metatrain-tinker/pyproject.toml examples/metatrain-example-family/pyproject.toml scripts/setup.sh
 
 .PHONY: setup episode test test-fast lint
 

@@ -16,14 +16,22 @@ PY = sys.executable  # the .venv interpreter nox runs in: tools come from there,
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the package, plugins, tests and scripts."""
-    session.run(PY, "-m", "ruff", "check", "src", "plugins", "tests", "noxfile.py", "examples")
+    paths = ["src", "plugins", "tests", "noxfile.py", "examples", "benchmarks", "scripts"]
+    session.run(PY, "-m", "ruff", "check", *paths)
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the core package and the built-in plugins."""
     session.run(
-        PY, "-m", "mypy", "src/metatrain", "plugins/metatrain-families/src", "plugins/metatrain-reward/src"
+        PY,
+        "-m",
+        "mypy",
+        "src/metatrain",
+        "plugins/metatrain-families/src",
+        "plugins/metatrain-reward/src",
+        "plugins/metatrain-runpod/src",
+        "plugins/metatrain-tinker/src",
     )
 
 

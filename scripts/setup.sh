@@ -10,5 +10,6 @@ fi
 # torch first: 2.13.0 (CPU) is served from local disk on our machines; everything else from PyPI.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]" -e plugins/metatrain-families -e plugins/metatrain-reward \
+  -e plugins/metatrain-runpod -e plugins/metatrain-tinker \
   -e examples/metatrain-example-family
 touch .venv/.metatrain-installed

@@ -14,10 +14,15 @@ from rich.console import Console
 from rich.table import Table
 
 from metatrain.cli import families as families_cli
+from metatrain.cli import train_cmd, worker_cmd
+from metatrain.cli.fleet import fleet_app
+from metatrain.cli.runner_cmd import runner_app
 
 app = typer.Typer(help="metatrain: an agent writes RL training jobs for small models.", no_args_is_help=True)
 models_app = typer.Typer(help="Embedded models: list and prepare.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.add_typer(runner_app, name="runner")
+app.add_typer(fleet_app, name="fleet")
 console = Console()
 
 
@@ -249,6 +254,8 @@ def run_job_cmd(bundle: Path, result_dir: Path, device: Annotated[str, typer.Opt
 
 
 families_cli.register(app)
+worker_cmd.register(app)
+train_cmd.register(app)
 
 
 def main() -> None:

@@ -9,14 +9,16 @@ fresh processes that load weights only; training runs agent code in the sandbox.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from metatrain.integrity import training_policy
 from metatrain.jobs.bundle import load_bundle
@@ -26,6 +28,11 @@ from metatrain.sandbox.linux import die_with_parent
 from metatrain.specs import JobResult, PhaseTiming
 
 TRAIN_WALL_SECONDS = {"fast": 900.0, "full": 3600.0}
+Backend = Literal["trl", "prime-rl"]
+EVAL_MODULES: dict[str, str] = {
+    "trl": "metatrain.training.evaluation",  # transformers generate
+    "prime-rl": "metatrain.training.primerl_backend",  # a vLLM server (GPU pods)
+}
 
 
 class EvalError(RuntimeError):
@@ -46,12 +53,14 @@ def run_eval(
     progress: ProgressFn,
     phase: str,
     total: int,
+    eval_env: Mapping[str, str] | None = None,
+    backend: Backend = "trl",
 ) -> dict[str, Any]:
-    """Score ``model_dir`` on the hidden eval in a fresh process."""
+    """Score ``model_dir`` on the hidden eval in a fresh process (``eval_env`` added to its environment)."""
     cmd = [
         sys.executable,
         "-m",
-        "metatrain.training.evaluation",
+        EVAL_MODULES[backend],
         "--model",
         str(model_dir),
         "--family",
@@ -65,7 +74,12 @@ def run_eval(
     ]
     with log.open("w") as log_fh:
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log_fh, text=True, preexec_fn=die_with_parent
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=log_fh,
+            text=True,
+            preexec_fn=die_with_parent,
+            env={**os.environ, **eval_env} if eval_env else None,
         )
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -103,8 +117,13 @@ def run_job(
     device: str = "cpu",
     progress: ProgressFn | None = None,
     train_wall_seconds: float | None = None,
+    eval_env: Mapping[str, str] | None = None,
+    backend: Backend = "trl",
 ) -> JobResult:
-    """Pre-eval, GRPO training and post-eval for one bundle; never raises for job failures."""
+    """Pre-eval, GRPO training and post-eval for one bundle; never raises for job failures.
+
+    ``eval_env`` (e.g. ``METATRAIN_EVAL_SECRET``) reaches only the two eval processes, never training.
+    """
     from metatrain.models import prepare_model
 
     progress = progress or _noop
@@ -133,7 +152,12 @@ def run_job(
 
     try:
         progress("phase", {"name": "prepare_model", "model": table.model})
-        model_dir = prepare_model(table.model)
+        if backend == "prime-rl":  # a Hugging Face id on pods, or a prepared embedded model
+            from metatrain.training.primerl_backend import resolve_model_ref
+
+            model_dir = Path(resolve_model_ref(table.model))
+        else:
+            model_dir = prepare_model(table.model)
         progress("phase", {"name": "pre_eval"})
         t = time.monotonic()
         pre = run_eval(
@@ -146,6 +170,8 @@ def run_job(
             progress,
             "pre_eval",
             manifest.eval_n,
+            eval_env,
+            backend,
         )
         timing.pre_eval = time.monotonic() - t
     except Exception as exc:
@@ -161,23 +187,29 @@ def run_job(
     wall = train_wall_seconds or TRAIN_WALL_SECONDS.get(manifest.budget, 3600.0)
     with tempfile.TemporaryDirectory(prefix="metatrain-train-") as scratch:
         train_dir.mkdir(parents=True, exist_ok=True)
-        res = run_sandboxed(
-            training_policy(
-                bundle_dir,
-                model_dir,
-                train_dir,
-                Path(scratch),
-                wall_seconds=wall,
-                gpu=device.startswith("cuda"),
-            ),
-            "metatrain.training.trl_backend:train_job",
-            {
-                "bundle_dir": str(bundle_dir),
-                "out_dir": str(train_dir),
-                "model_dir": str(model_dir),
-                "device": device,
-            },
-        )
+        res: Any
+        if backend == "prime-rl":  # the pod is the job's: prime-rl starts vLLM, trainer, env servers
+            from metatrain.training.primerl_backend import run_training
+
+            res = run_training(bundle_dir, train_dir, str(model_dir), wall_seconds=wall)
+        else:
+            res = run_sandboxed(
+                training_policy(
+                    bundle_dir,
+                    model_dir,
+                    train_dir,
+                    Path(scratch),
+                    wall_seconds=wall,
+                    gpu=device.startswith("cuda"),
+                ),
+                "metatrain.training.trl_backend:train_job",
+                {
+                    "bundle_dir": str(bundle_dir),
+                    "out_dir": str(train_dir),
+                    "model_dir": str(model_dir),
+                    "device": device,
+                },
+            )
     stop.set()
     tailer.join()
     timing.train = time.monotonic() - t
@@ -206,6 +238,8 @@ def run_job(
             progress,
             "post_eval",
             manifest.eval_n,
+            eval_env,
+            backend,
         )
         timing.post_eval = time.monotonic() - t
     except Exception as exc:
@@ -241,12 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bundle", type=Path)
     parser.add_argument("result_dir", type=Path)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backend", choices=list(EVAL_MODULES), default="trl")
     args = parser.parse_args(argv)
 
     def show(event: str, data: dict[str, Any]) -> None:
         print(json.dumps({"event": event, **data}), flush=True)
 
-    result = run_job(args.bundle, args.result_dir, args.device, show)
+    result = run_job(args.bundle, args.result_dir, args.device, show, backend=args.backend)
     print(result.model_dump_json(indent=2))
     return 0 if result.status == "succeeded" else 1
 

@@ -17,6 +17,7 @@ from metatrain.specs.episode import (
 from metatrain.specs.job import BundleManifest, JobFile, LoraTable, TrainingTable, parse_job_toml
 from metatrain.specs.result import JobResult, PhaseTiming
 from metatrain.specs.reward import RewardBreakdown
+from metatrain.specs.runner_api import ProgressEvent, RunnerHealth, RunnerJobState, RunnerJobStatus
 from metatrain.specs.task import Bounds, EvalInterface, Example, FloatRange, IntRange, TaskSpec, ToolSchema
 
 SCHEMA_MODELS: dict[str, type[BaseModel]] = {
@@ -28,6 +29,8 @@ SCHEMA_MODELS: dict[str, type[BaseModel]] = {
     "episode_result": EpisodeResult,
     "cost_record": CostRecord,
     "validation_report": ValidationReport,
+    "runner_health": RunnerHealth,
+    "runner_job_status": RunnerJobStatus,
 }
 
 
@@ -52,7 +55,11 @@ __all__ = [
     "JobSummary",
     "LoraTable",
     "PhaseTiming",
+    "ProgressEvent",
     "RewardBreakdown",
+    "RunnerHealth",
+    "RunnerJobState",
+    "RunnerJobStatus",
     "TaskSpec",
     "ToolSchema",
     "TrainingTable",
