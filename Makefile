@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV_STAMP := .venv/.metatrain-installed
 SETUP_INPUTS := pyproject.toml plugins/metatrain-families/pyproject.toml plugins/metatrain-reward/pyproject.toml plugins/metatrain-runpod/pyproject.toml plugins/metatrain-tinker/pyproject.toml examples/metatrain-example-family/pyproject.toml scripts/setup.sh
 
-.PHONY: setup episode test test-fast lint
+.PHONY: setup episode test test-fast test-e2e lint
 
 $(VENV_STAMP): $(SETUP_INPUTS)
 	bash scripts/setup.sh
@@ -15,6 +15,9 @@ episode: $(VENV_STAMP)
 
 test: $(VENV_STAMP)
 	.venv/bin/nox --no-venv -s lint typecheck tests slow notebooks
+
+test-e2e: $(VENV_STAMP)
+	.venv/bin/nox --no-venv -s e2e
 
 test-fast: $(VENV_STAMP)
 	.venv/bin/nox --no-venv -s tests

@@ -38,7 +38,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Fast tests (no model loading)."""
-    session.run(PY, "-m", "pytest", "-q", "-m", "not slow", *session.posargs)
+    session.run(PY, "-m", "pytest", "-q", "-m", "not slow and not e2e", *session.posargs)
 
 
 @nox.session
@@ -56,6 +56,13 @@ def slow(session: nox.Session) -> None:
         *session.posargs,
         env={"METATRAIN_TEST_ARTIFACTS": os.path.abspath(ARTIFACTS)},
     )
+
+
+@nox.session
+def e2e(session: nox.Session) -> None:
+    """Real-model end-to-end runs too long for CI (``make test-e2e``): one job bundle through the local
+    provider and the emulated Runpod fleet."""
+    session.run(PY, "-m", "pytest", "-q", "-m", "e2e", *session.posargs)
 
 
 @nox.session

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,13 @@ def files_under(root: Path) -> list[Path]:
 
 def test_health_is_open_and_every_other_route_needs_the_token(served: Served, tmp_path: Path) -> None:
     health = httpx.get(f"{served.url}/health").json()
+    versions = health.pop("versions")
     assert health == {"status": "ok", "version": "0.1.0", "device": "cpu", "busy": False, "job_id": None}
+    versions.pop("prime-rl", None)  # present only where a prime-rl checkout or pin is configured
+    assert versions == {
+        "metatrain": "0.1.0",
+        **{name: version(name) for name in ("verifiers", "trl", "transformers", "torch")},
+    }
     bundle = build_bundle(tmp_path, "job-a")
     for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN}):
         put = httpx.put(f"{served.url}/jobs/job-a", content=pack_bundle(bundle), headers=headers)
@@ -148,6 +155,37 @@ def test_health_is_open_and_every_other_route_needs_the_token(served: Served, tm
         wrong.status("job-a")
     assert err.value.status_code == 401 and "bearer token" in err.value.detail
     assert "not-the-token" not in repr(wrong)
+
+
+def test_versions_report_the_prime_rl_checkout_else_the_exported_pin(tmp_path: Path) -> None:
+    from metatrain.fleet.versions import git_head, runner_versions
+
+    sha = "38494ccb4140897b1c9e7a9ba8da59dcd8940d47"
+    other = "1" * 40
+    repo = tmp_path / "prime-rl"
+    (repo / ".git" / "refs" / "heads").mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text(sha + "\n")  # detached, as after `git checkout <commit>`
+    assert git_head(repo) == sha
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (repo / ".git" / "refs" / "heads" / "main").write_text(other + "\n")
+    assert git_head(repo) == other
+    (repo / ".git" / "refs" / "heads" / "main").unlink()
+    (repo / ".git" / "packed-refs").write_text(f"# pack-refs with: peeled\n{sha} refs/heads/main\n")
+    assert git_head(repo) == sha
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    (worktree / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    assert git_head(worktree) == sha
+    assert git_head(tmp_path / "nowhere") is None
+
+    env = {"METATRAIN_PRIME_RL_DIR": str(repo), "METATRAIN_PRIME_RL_COMMIT": "0123abcd"}
+    assert runner_versions(env)["prime-rl"] == sha  # the checkout wins over the exported pin
+    env["METATRAIN_PRIME_RL_DIR"] = str(tmp_path / "nowhere")
+    assert runner_versions(env)["prime-rl"] == "0123abcd"
+    assert "prime-rl" not in runner_versions({"METATRAIN_PRIME_RL_COMMIT": "main; rm -rf /"})
+    assert "prime-rl" not in runner_versions({})
+    host = JobHost(tmp_path / "work", versions={"metatrain": "0.1.0", "prime-rl": sha})
+    assert host.health().versions == {"metatrain": "0.1.0", "prime-rl": sha}
 
 
 # -- submission -------------------------------------------------------------------------------------

@@ -242,3 +242,41 @@ def test_runner_url_prefers_a_public_port_then_runpods_proxy() -> None:
         "https://abc-8000.proxy.runpod.net"
     )
     assert runner_url({"id": "abc", "runtime": None}, 8000, proxy) is None
+
+
+def test_pods_run_the_real_runner_cli_with_a_selectable_executor(tmp_path: Path) -> None:
+    """Default: ``metatrain runner serve`` with the real run_job; ``executor``/``backend`` select others."""
+    work = tmp_path / "runner"
+    real = Emulator(api_key=KEY, root=tmp_path, runner_module=None)
+    cmd = real._runner_command(8123, work)
+    assert cmd[:5] == [sys.executable, "-m", "metatrain.cli.app", "runner", "serve"]
+    assert "--executor" not in cmd and cmd[cmd.index("--backend") + 1] == "trl"
+    assert cmd[cmd.index("--device") + 1] == "cpu" and cmd[cmd.index("--work-dir") + 1] == str(work)
+    fake = Emulator(
+        api_key=KEY, root=tmp_path, runner_module=None, executor="metatrain.fleet.fake_runner:fake_run_job"
+    )
+    assert fake._runner_command(8123, work)[-2:] == ["--executor", "metatrain.fleet.fake_runner:fake_run_job"]
+    module = Emulator(api_key=KEY, root=tmp_path, runner_module="metatrain_runpod.testing_runner")
+    assert module._runner_command(8123, work)[1:3] == ["-m", "metatrain_runpod.testing_runner"]
+
+
+def test_a_pod_sees_what_the_bootstrap_exports(emulator: Emulator) -> None:
+    import base64
+
+    from metatrain_runpod.bootstrap import BOOTSTRAP_ENV, pod_spec, runner_exports
+    from metatrain_runpod.config import PoolConfig
+
+    spec = pod_spec(PoolConfig())
+    assert runner_exports(spec.script) == {
+        "DEBIAN_FRONTEND": "noninteractive",
+        "METATRAIN_PRIME_RL_COMMIT": "38494ccb",  # METATRAIN_PRIME_RL_DIR="$PRIME_RL_DIR" is an expansion
+    }
+    env = {BOOTSTRAP_ENV: base64.b64encode(spec.script.encode()).decode(), "METATRAIN_RUNNER_TOKEN": TOKEN}
+    created = runpod.create_pod("metatrain-test-x", "img", H200, gpu_count=1, env=env)
+    deadline = time.monotonic() + 30
+    while (url := runner_url(runpod.get_pod(created["id"]), 8000, "https://{p}")) is None:
+        assert time.monotonic() < deadline, "the pod never got a runtime"
+        time.sleep(0.05)
+    client = RunnerClient(url, TOKEN, 5.0)
+    wait_health(client)
+    assert client.health().versions["prime-rl"] == "38494ccb"

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -372,12 +373,22 @@ def test_start_reaps_orphans_by_tag_and_retires_ghosts(fleet_env: FleetEnv) -> N
     assert retired.status == "terminated" and retired.terminate_reason == "gone while no worker watched it"
 
 
+@pytest.mark.parametrize(
+    ("knob", "value", "reason"),
+    [
+        ("METATRAIN_FAKE_RUNNER_VERSION", "9.9.9", f"metatrain 9.9.9 (pinned {metatrain.__version__})"),
+        ("METATRAIN_FAKE_RUNNER_VERSIONS", '{"verifiers": "0.1.14"}', "verifiers 0.1.14 (pinned 0.2.1)"),
+        ("METATRAIN_FAKE_RUNNER_VERSIONS", '{"prime-rl": "0123abcd"}', "prime-rl 0123abcd (pinned 38494ccb)"),
+        ("METATRAIN_FAKE_RUNNER_VERSIONS", '{"trl": "0.0.1"}', f"trl 0.0.1 (pinned {version('trl')})"),
+    ],
+)
 def test_runner_version_mismatch_terminates_the_pod_and_stops_runaway_provisioning(
-    fleet_env: FleetEnv,
+    fleet_env: FleetEnv, knob: str, value: str, reason: str
 ) -> None:
     env = fleet_env
-    env.emu.extra_pod_env["METATRAIN_FAKE_RUNNER_VERSION"] = "9.9.9"
+    env.emu.extra_pod_env[knob] = value
     pool: Pool = env.provider(max_failed_starts=1).fleet().pool
+    assert pool.config.pins.trl == version("trl")  # the pool pins this machine's trl by default
     pool.start()
     try:
         pod = pool.provision()
@@ -385,10 +396,63 @@ def test_runner_version_mismatch_terminates_the_pod_and_stops_runaway_provisioni
         with pytest.raises(ProvisioningError, match="1 pods in a row never became usable"):
             wait_for(lambda: pool.check_provisioning(pod), 30, "the version check")
         assert pod.record.status == "terminated"
-        assert "version mismatch: runner reports metatrain 9.9.9" in (pod.record.terminate_reason or "")
+        assert pod.record.terminate_reason == f"version mismatch: runner reports {reason}"
         assert env.emu.live_pods() == []
     finally:
         pool.shutdown()
+
+
+def test_a_replica_reports_the_pinned_versions_and_is_taken(fleet_env: FleetEnv) -> None:
+    """The emulated pod's runner sees the bootstrap's exported prime-rl commit and reports it."""
+    pool: Pool = fleet_env.provider().fleet().pool
+    pool.start()
+    try:
+        pod = pool.provision()
+        assert pod is not None
+        wait_for(lambda: pool.check_provisioning(pod) or pod.record.status == "idle", 30, "the pod")
+        assert pod.client is not None
+        versions = pod.client.health().versions
+        assert versions["prime-rl"] == "38494ccb" and versions["verifiers"] == "0.2.1"
+        assert versions["metatrain"] == metatrain.__version__
+        assert {"trl", "transformers", "torch"} <= set(versions)
+    finally:
+        pool.shutdown()
+    assert fleet_env.emu.live_pods() == []
+
+
+def test_pin_mismatches_rules() -> None:
+    from metatrain.specs import RunnerHealth
+    from metatrain_runpod.config import Pins
+    from metatrain_runpod.pool import pin_mismatches
+
+    pins = Pins(metatrain="0.1.0", verifiers="0.2.1", trl="1.16.0", transformers=None, torch="2.13.0")
+    full = {
+        "metatrain": "0.1.0",
+        "verifiers": "0.2.1",
+        "prime-rl": "38494ccb4140897b1c9e7a9ba8da59dcd8940d47",  # the full commit matches the short pin
+        "trl": "1.16.0",
+        "transformers": "4.0.0",  # not pinned: not checked
+        "torch": "2.13.0+cu128",  # a pin without a build tag ignores the report's
+    }
+
+    def health(**versions: str) -> RunnerHealth:
+        return RunnerHealth(version="0.1.0", device="cuda", busy=False, versions=versions)
+
+    assert pin_mismatches(pins, health(**full)) == []
+    assert pin_mismatches(pins, health(**{**full, "prime-rl": "38494cc0ffee"})) == [
+        "prime-rl 38494cc0ffee (pinned 38494ccb)"
+    ]
+    assert pin_mismatches(pins.model_copy(update={"torch": "2.13.0+cu126"}), health(**full)) == [
+        "torch 2.13.0+cu128 (pinned 2.13.0+cu126)"
+    ]
+    # A runner that predates `versions` is checked on its metatrain version and misses every other pin.
+    old = RunnerHealth(version="0.1.0", device="cuda", busy=False)
+    assert pin_mismatches(pins, old) == [
+        "verifiers not reported (pinned 0.2.1)",
+        "prime-rl not reported (pinned 38494ccb)",
+        "trl not reported (pinned 1.16.0)",
+        "torch not reported (pinned 2.13.0)",
+    ]
 
 
 def test_transient_api_errors_are_retried_persistent_ones_fail_clearly(fleet_env: FleetEnv) -> None:
@@ -458,6 +522,66 @@ def test_bootstrap_pins_every_pod_to_the_same_versions(tmp_path: Path) -> None:
     path.write_text('max_pods = 3\n[[gpu_ladder]]\nid = "NVIDIA L40S"\ncount = 1\n')
     loaded = load_pool_config(path, max_pods=5)
     assert loaded.max_pods == 5 and [(g.id, g.count) for g in loaded.gpu_ladder] == [("NVIDIA L40S", 1)]
+
+
+def bootstrap_part(script: str, start: str, end: str) -> str:
+    """The lines of ``script`` from the one starting with ``start`` up to (not including) ``end``."""
+    lines = script.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(start))
+    last = next(i for i, line in enumerate(lines) if i > first and line.startswith(end))
+    return "\n".join(lines[first:last]) + "\n"
+
+
+def run_backend_choice(script: str, gpus: int, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the bootstrap's backend lines with a fake ``nvidia-smi`` that lists ``gpus`` GPUs."""
+    bin_dir = tmp_path / f"bin-{gpus}"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    listing = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})\\n" for i in range(gpus))
+    smi.write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    smi.chmod(0o755)
+    part = bootstrap_part(script, "# training backend", "export METATRAIN_PRIME_RL_DIR")
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\n{part}echo \"$BACKEND\""],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_bootstrap_picks_the_training_backend(tmp_path: Path) -> None:
+    auto = pod_spec(PoolConfig()).script
+    assert auto.rstrip().endswith('--device cuda --backend "$BACKEND"')
+    for gpus, backend in ((1, "trl"), (2, "prime-rl"), (4, "prime-rl")):
+        out = run_backend_choice(auto, gpus, tmp_path)
+        assert (out.returncode, out.stdout.strip()) == (0, backend), out.stderr
+    none = run_backend_choice(auto, 0, tmp_path)
+    assert none.returncode == 1 and "nvidia-smi lists no GPU" in none.stderr
+
+    fixed = pod_spec(PoolConfig(backend="trl")).script
+    assert "BACKEND=trl\n" in fixed and "nvidia-smi" not in fixed
+    assert pod_spec(PoolConfig(backend="trl")).sha256 != pod_spec(PoolConfig()).sha256  # not replicas
+    assert "BACKEND=prime-rl\n" in pod_spec(PoolConfig(backend="prime-rl")).script
+    mixed = [{"id": H100}, {"id": "NVIDIA L40S", "count": 1}]
+    with pytest.raises(ValueError, match=r"backend 'prime-rl' needs at least 2 GPUs per pod.*NVIDIA L40S x1"):
+        PoolConfig.model_validate({"backend": "prime-rl", "gpu_ladder": mixed})
+    with pytest.raises(ValueError, match="backend"):
+        PoolConfig.model_validate({"backend": "jax"})
+
+
+def test_bootstrap_checks_every_pinned_version(tmp_path: Path) -> None:
+    """The rendered version check, run with this machine's packages: passes at the pins, names a drift."""
+
+    def check(config: PoolConfig) -> subprocess.CompletedProcess[str]:
+        script = pod_spec(config).script
+        code = bootstrap_part(script, "from importlib.metadata", "CHECK")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+    ok = check(PoolConfig.model_validate({"pins": {"torch": version("torch").split("+")[0]}}))
+    assert ok.returncode == 0, ok.stderr
+    drift = check(PoolConfig.model_validate({"pins": {"transformers": "4.0.0"}}))
+    assert drift.returncode == 1 and "version mismatch" in drift.stderr
+    assert "'transformers': '4.0.0'" in drift.stderr
 
 
 def test_worker_killed_with_sigkill_and_restarted(fleet_env: FleetEnv) -> None:

@@ -34,6 +34,7 @@ import attrs
 
 import metatrain
 from metatrain.fleet.archive import BUNDLE_TOP, ArchiveError, member_path, pack_dir, unpack
+from metatrain.fleet.versions import runner_versions
 from metatrain.protocols import ProgressFn
 from metatrain.specs import BundleManifest, JobResult, ProgressEvent, RunnerHealth, RunnerJobStatus
 from metatrain.specs.runner_api import TERMINAL_STATES
@@ -180,6 +181,8 @@ class JobHost:
     run: JobExecutor = default_executor
     max_events: int = 200
     max_bundle_bytes: int = 256 * MiB
+    versions: dict[str, str] = attrs.field(factory=runner_versions)
+    """Reported in /health; read once, when the host is built (installed packages do not change under it)."""
     _jobs: dict[str, RunnerJobStatus] = attrs.field(factory=dict, init=False)
     _active: str | None = attrs.field(default=None, init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -262,7 +265,11 @@ class JobHost:
     def health(self) -> RunnerHealth:
         active = self._active
         return RunnerHealth(
-            version=metatrain.__version__, device=self.device, busy=active is not None, job_id=active
+            version=metatrain.__version__,
+            versions=dict(self.versions),
+            device=self.device,
+            busy=active is not None,
+            job_id=active,
         )
 
     def _job_dir(self, job_id: str) -> Path:

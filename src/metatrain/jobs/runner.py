@@ -97,18 +97,39 @@ def run_eval(
     return json.loads(out.read_text())
 
 
-def _tail_metrics(path: Path, stop: threading.Event, progress: ProgressFn) -> None:
+def _emit_new_steps(path: Path, seen: int, progress: ProgressFn, final: bool) -> int:
+    """Report ``metrics.jsonl`` rows past the first ``seen`` lines; returns the lines consumed.
+
+    While training runs only newline-terminated lines count (the last one may be half written);
+    ``final`` also takes an unterminated last line. Lines that are not a JSON object are skipped.
+    """
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return seen
+    lines = text.split("\n")
+    complete = lines if final else lines[:-1]
+    for line in complete[seen:]:
+        seen += 1
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            progress("step", row)
+    return seen
+
+
+def _tail_metrics(path: Path, stop: threading.Event, progress: ProgressFn, interval: float = 1.0) -> None:
+    """Report each ``metrics.jsonl`` row as a ``step`` event until ``stop``, then read the file once more,
+    so rows written after the last poll (the final steps) are reported too."""
     seen = 0
-    while not stop.is_set():
-        if path.exists():
-            lines = path.read_text().splitlines()
-            for line in lines[seen:]:
-                try:
-                    progress("step", json.loads(line))
-                except json.JSONDecodeError:
-                    break
-                seen += 1
-        stop.wait(1.0)
+    while True:
+        final = stop.is_set()  # checked before reading: the read after stop sees everything training wrote
+        seen = _emit_new_steps(path, seen, progress, final)
+        if final:
+            return
+        stop.wait(interval)
 
 
 def run_job(

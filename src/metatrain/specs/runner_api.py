@@ -27,6 +27,11 @@ class RunnerHealth(BaseModel):
 
     status: Literal["ok"] = "ok"
     version: str = Field(description="metatrain version of the runner")
+    versions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Installed versions the runner knows: metatrain, verifiers, trl, transformers, torch, "
+        "and prime-rl (the commit of its checkout); a name is absent when not installed or not known",
+    )
     device: str
     busy: bool
     job_id: str | None = Field(None, description="The queued or running job, if any")

@@ -13,7 +13,7 @@ import shlex
 
 import attrs
 
-from metatrain_runpod.config import PoolConfig
+from metatrain_runpod.config import PRIME_RL_MIN_GPUS, PoolConfig
 
 BOOTSTRAP_ENV = "METATRAIN_BOOTSTRAP"
 TOKEN_ENV = "METATRAIN_RUNNER_TOKEN"
@@ -44,15 +44,22 @@ python3 -m venv /opt/metatrain-venv
 /opt/metatrain-venv/bin/pip install --quiet {packages}
 /opt/metatrain-venv/bin/python - <<'CHECK'
 from importlib.metadata import version
-want = {{"verifiers": {verifiers_v!r}, "metatrain": {metatrain_v!r}}}
+want = {want!r}
 got = {{name: version(name) for name in want}}
-assert got == want, f"version mismatch: want {{want}}, got {{got}}"
+bad = {{n: g for n, g in got.items() if g != want[n] and ("+" in want[n] or g.split("+")[0] != want[n])}}
+assert not bad, f"version mismatch: want {{want}}, got {{got}}"
 CHECK
+{backend}
 export METATRAIN_PRIME_RL_DIR="$PRIME_RL_DIR" METATRAIN_PRIME_RL_COMMIT={commit}
 mkdir -p /workspace/metatrain-runner
 exec /opt/metatrain-venv/bin/metatrain runner serve --host 0.0.0.0 --port {port} \\
-  --token-env {token_env} --work-dir /workspace/metatrain-runner --device cuda
+  --token-env {token_env} --work-dir /workspace/metatrain-runner --device cuda --backend "$BACKEND"
 """
+
+_AUTO_BACKEND = """# training backend: prime-rl needs {min_gpus} GPUs (1 inference + 1 trainer), trl one
+GPUS="$(nvidia-smi --list-gpus 2>/dev/null | grep -c '^GPU ' || true)"
+if [ "$GPUS" -lt 1 ]; then echo "metatrain bootstrap: nvidia-smi lists no GPU" >&2; exit 1; fi
+if [ "$GPUS" -ge {min_gpus} ]; then BACKEND=prime-rl; else BACKEND=trl; fi"""
 
 
 @attrs.frozen
@@ -80,6 +87,7 @@ def render_script(config: PoolConfig) -> str:
             for name in ("metatrain", "metatrain-families")
         ]
         packages = " ".join(shlex.quote(w) for w in wheels)
+    want = {k: v for k, v in pins.expected_versions().items() if k != "prime-rl"}
     return _SCRIPT.format(
         repo=shlex.quote(pins.prime_rl_repo),
         commit=shlex.quote(pins.prime_rl_commit),
@@ -87,11 +95,22 @@ def render_script(config: PoolConfig) -> str:
         tag=shlex.quote(pins.prime_rl_tag),
         verifiers=shlex.quote(f"verifiers=={pins.verifiers}"),
         packages=packages,
-        verifiers_v=pins.verifiers,
-        metatrain_v=pins.metatrain,
+        want=want,
+        backend=backend_lines(config),
         port=config.runner_port,
         token_env=TOKEN_ENV,
     )
+
+
+def backend_lines(config: PoolConfig) -> str:
+    """Shell lines that set ``BACKEND`` for ``metatrain runner serve --backend``.
+
+    ``auto``: chosen on the pod from its visible GPUs (the ladder may mix 1- and 2-GPU rungs, and one
+    script serves the whole pool); otherwise the configured backend.
+    """
+    if config.backend == "auto":
+        return _AUTO_BACKEND.format(min_gpus=PRIME_RL_MIN_GPUS)
+    return f"BACKEND={shlex.quote(config.backend)}"
 
 
 def pod_spec(config: PoolConfig) -> PodSpec:
@@ -105,6 +124,19 @@ def pod_spec(config: PoolConfig) -> PodSpec:
     }
     check_graphql_safe(env)
     return PodSpec(script, DOCKER_ARGS, f"{config.runner_port}/{config.port_type}", env)
+
+
+def runner_exports(script: str) -> dict[str, str]:
+    """The literal ``NAME=value`` pairs the script ``export``s before it starts the runner (values with
+    shell expansions left out): part of the runner's environment on a pod (the emulator applies them)."""
+    exports: dict[str, str] = {}
+    for line in script.splitlines():
+        if line.startswith("export "):
+            for token in shlex.split(line.removeprefix("export ")):
+                name, sep, value = token.partition("=")
+                if sep and "$" not in value:
+                    exports[name] = value
+    return exports
 
 
 def check_graphql_safe(env: dict[str, str]) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import tomllib
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import metatrain
 
 CloudType = Literal["ALL", "SECURE", "COMMUNITY"]
+PRIME_RL_MIN_GPUS = 2
+"""prime-rl runs vLLM inference and the trainer on separate GPUs."""
 
 
 class GpuChoice(BaseModel):
@@ -41,12 +44,42 @@ class Pins(BaseModel):
     prime_rl_commit: str = Field("38494ccb", pattern=r"^[0-9a-f]{7,40}$")
     verifiers: str = "0.2.1"
     metatrain: str = metatrain.__version__
+    trl: str | None = Field(
+        default_factory=lambda: _installed("trl"),
+        description="Default: this machine's trl (metatrain pins it exactly, pods get the same); '' unpins",
+    )
+    transformers: str | None = Field(
+        default_factory=lambda: _installed("transformers"),
+        description="Default: this machine's transformers; '' unpins",
+    )
+    torch: str | None = Field(
+        None, description="Unpinned by default (pods run CUDA builds); a pin without '+' ignores build tags"
+    )
     packages: list[str] = Field(
         default_factory=list,
         description="pip requirements for metatrain and its plugins on pods (git+https://...@<commit>, wheel "
         "URLs); empty: the metatrain and metatrain-families <metatrain> wheels baked into the image at "
         "/opt/metatrain-wheels (never 'metatrain' from PyPI: that name belongs to an unrelated project)",
     )
+
+    def expected_versions(self) -> dict[str, str]:
+        """What a pod's ``/health`` ``versions`` must report (names as ``metatrain.fleet.versions``)."""
+        pinned = {
+            "metatrain": self.metatrain,
+            "verifiers": self.verifiers,
+            "prime-rl": self.prime_rl_commit,
+            "trl": self.trl,
+            "transformers": self.transformers,
+            "torch": self.torch,
+        }
+        return {name: value for name, value in pinned.items() if value}
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 class PoolConfig(BaseModel):
@@ -65,6 +98,11 @@ class PoolConfig(BaseModel):
         description="Used when the pod's runtime reports no public ip:port for the runner port",
     )
     pins: Pins = Field(default_factory=Pins)
+    backend: Literal["auto", "trl", "prime-rl"] = Field(
+        "auto",
+        description="Training backend of the pods' runners; auto: prime-rl on pods with at least 2 GPUs "
+        "(1 inference + 1 trainer), trl (one GPU) otherwise",
+    )
     extra_env: dict[str, str] = Field(default_factory=dict, description="Added to every pod's env")
     provision_timeout_s: float = Field(
         900.0, gt=0, description="Create → healthy; past it the pod is replaced"
@@ -91,6 +129,17 @@ class PoolConfig(BaseModel):
         if dupes:
             raise ValueError(f"GPU ladder lists {dupes} more than once")
         return ladder
+
+    @model_validator(mode="after")
+    def _backend_fits_the_ladder(self) -> PoolConfig:
+        if self.backend == "prime-rl":
+            small = [f"{g.id} x{g.count}" for g in self.gpu_ladder if g.count < PRIME_RL_MIN_GPUS]
+            if small:
+                raise ValueError(
+                    f"backend 'prime-rl' needs at least {PRIME_RL_MIN_GPUS} GPUs per pod (1 inference + "
+                    f"1 trainer); the GPU ladder has {small}: raise their count or use backend 'auto'"
+                )
+        return self
 
 
 def load_pool_config(path: Path | None, **overrides: object) -> PoolConfig:

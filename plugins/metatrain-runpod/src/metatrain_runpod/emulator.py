@@ -4,8 +4,10 @@ Point the real SDK at it with ``RUNPOD_API_BASE_URL=http://127.0.0.1:PORT``. It 
 ``POST /graphql`` (key as ``Authorization: Bearer`` or ``?api_key=``) for ``gpuTypes``,
 ``myself { pods }``, ``pod``, ``podFindAndDeployOnDemand``, ``podTerminate`` and ``podStop``
 with Runpod's JSON shapes and error messages. Every emulated pod is a real runner process on a
-free loopback port, started with the environment given to ``create_pod`` and reported through
-``runtime.ports``.
+free loopback port, started with the environment given to ``create_pod`` plus what the pod
+bootstrap exports (``METATRAIN_PRIME_RL_COMMIT``), and reported through ``runtime.ports``. The
+process is ``metatrain runner serve --device cpu`` (the real ``run_job``; ``executor`` and
+``backend`` select another), or ``runner_module`` (``METATRAIN_RUNPOD_EMULATOR_RUNNER``) instead.
 
 Knobs (Python methods, or ``POST /_emulator/<knob>`` with a JSON body; ``GET /_emulator/state``):
 GPU stock per type, injected API errors for the next N calls, killing a pod's process, a
@@ -16,6 +18,7 @@ Run standalone: ``python -m metatrain_runpod.emulator --port 8911``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -36,6 +39,7 @@ from urllib.parse import parse_qs, urlparse
 
 import attrs
 
+from metatrain_runpod.bootstrap import BOOTSTRAP_ENV, runner_exports
 from metatrain_runpod.graphql_lite import Field, GraphQLFieldError, GraphQLSyntaxError, parse, project
 
 OUT_OF_STOCK = (
@@ -208,6 +212,11 @@ class Emulator:
     root: Path = attrs.field(factory=lambda: Path(tempfile.mkdtemp(prefix="runpod-emulator-")))
     gpu_types: dict[str, GpuType] = attrs.field(factory=lambda: {g.id: g for g in default_gpu_types()})
     runner_module: str | None = attrs.field(factory=lambda: os.environ.get(RUNNER_ENV) or None)
+    executor: str | None = None
+    """With the default runner (``metatrain runner serve``): its ``--executor MODULE:FUNCTION``; None keeps
+    the real ``run_job`` (pre-eval, sandboxed TRL training on CPU, post-eval)."""
+    backend: str = "trl"
+    """``--backend`` of the default runner (emulated pods have no GPUs, whatever the bootstrap would pick)."""
     extra_pod_env: dict[str, str] = attrs.field(factory=dict)
     """Added to every pod process's environment (test knobs for the fake executor)."""
     provision_delay_s: float = 0.0
@@ -413,7 +422,10 @@ class Emulator:
             base = {
                 k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR", "PYTHONPATH") if k in os.environ
             }
-            env = {**base, **pod.env, **self.extra_pod_env, "RUNPOD_POD_ID": pod.id}
+            exports: dict[str, str] = {}
+            with contextlib.suppress(ValueError):  # no or no valid bootstrap: nothing exported
+                exports = runner_exports(base64.b64decode(pod.env.get(BOOTSTRAP_ENV, "")).decode())
+            env = {**base, **pod.env, **exports, **self.extra_pod_env, "RUNPOD_POD_ID": pod.id}
             log = (work / "pod.log").open("ab")
             pod.process = subprocess.Popen(
                 self._runner_command(port, work / "runner"),
@@ -429,9 +441,15 @@ class Emulator:
             pod.started_at = time.time()
 
     def _runner_command(self, port: int, work_dir: Path) -> list[str]:
-        module = ["-m", self.runner_module] if self.runner_module else ["-m", "metatrain.cli.app", "runner"]
+        """The pod's process: what the bootstrap execs, minus the installation, on CPU."""
         args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--token-env", "METATRAIN_RUNNER_TOKEN"]
-        return [sys.executable, *module, *args, "--work-dir", str(work_dir), "--device", "cpu"]
+        args += ["--work-dir", str(work_dir), "--device", "cpu"]
+        if self.runner_module:
+            return [sys.executable, "-m", self.runner_module, *args]
+        args += ["--backend", self.backend]
+        if self.executor:
+            args += ["--executor", self.executor]
+        return [sys.executable, "-m", "metatrain.cli.app", "runner", *args]
 
     def _terminate(self, pod_id: str) -> None:
         pod = self.pods.pop(pod_id)
@@ -535,8 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", default=os.environ.get("RUNPOD_EMULATOR_API_KEY", "emulator-key"))
     parser.add_argument("--root", type=Path, default=None, help="Where pod work dirs go")
     parser.add_argument("--provision-delay", type=float, default=0.0)
+    parser.add_argument(
+        "--runner-executor", default=None, help="Pods' runner --executor MODULE:FUNCTION (default: run_job)"
+    )
     args = parser.parse_args(argv)
-    emu = Emulator(api_key=args.api_key, provision_delay_s=args.provision_delay)
+    emu = Emulator(
+        api_key=args.api_key, provision_delay_s=args.provision_delay, executor=args.runner_executor
+    )
     if args.root is not None:
         emu.root = args.root
     url = emu.start(args.port)

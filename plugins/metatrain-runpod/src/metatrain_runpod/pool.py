@@ -21,10 +21,11 @@ import attrs
 
 from metatrain.costs.ledger import append_cost
 from metatrain.fleet.client import RunnerClient, RunnerRejected, RunnerUnavailable
-from metatrain.specs import CostRecord
+from metatrain.fleet.versions import mismatches
+from metatrain.specs import CostRecord, RunnerHealth
 from metatrain_runpod.api import OutOfStock, RunpodApi
 from metatrain_runpod.bootstrap import TOKEN_ENV, PodSpec, pod_spec
-from metatrain_runpod.config import PoolConfig
+from metatrain_runpod.config import Pins, PoolConfig
 from metatrain_runpod.state import PodRecord, PoolState, StateStore
 from metatrain_runpod.tokens import runner_token, token_sha256
 
@@ -50,6 +51,16 @@ def runner_url(pod: dict[str, Any], port: int, proxy_url: str) -> str | None:
         if p.get("privatePort") == port and p.get("isIpPublic") and p.get("ip") and p.get("publicPort"):
             return f"http://{p['ip']}:{p['publicPort']}"
     return proxy_url.format(pod_id=pod["id"], port=port)
+
+
+def pin_mismatches(pins: Pins, health: RunnerHealth) -> list[str]:
+    """How a runner's reported versions differ from the pool's pins (empty: the pod is a replica).
+
+    A runner too old to report ``versions`` is checked on its metatrain ``version`` alone, and is then
+    missing every other pin.
+    """
+    reported = {"metatrain": health.version, **health.versions}
+    return mismatches(pins.expected_versions(), reported)
 
 
 def pod_is_gone(pod: dict[str, Any] | None) -> bool:
@@ -195,12 +206,9 @@ class Pool:
             except (RunnerUnavailable, RunnerRejected):
                 health = None  # image pulling, bootstrap still installing, runner starting
             if health is not None:
-                if health.version != self.config.pins.metatrain:
-                    self._failed_to_start(
-                        pod,
-                        f"version mismatch: runner reports metatrain {health.version}, "
-                        f"the pool pins {self.config.pins.metatrain}",
-                    )
+                wrong = pin_mismatches(self.config.pins, health)
+                if wrong:
+                    self._failed_to_start(pod, f"version mismatch: runner reports {'; '.join(wrong)}")
                     return
                 self.failed_in_a_row = 0
                 pod.client, rec.base_url, rec.ready_at = client, url, now()

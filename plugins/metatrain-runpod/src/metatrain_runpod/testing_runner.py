@@ -6,7 +6,8 @@ the runner contract's result layout (docs/runner.md) with scores derived from th
 
 Knobs (environment): ``METATRAIN_FAKE_JOB_SECONDS`` (default 0.3), ``METATRAIN_FAKE_EXEC_LOG`` (a
 file that gets ``start <job> <pod>`` / ``end <job> <pod>`` lines, plus whether secrets leaked into
-the pod), ``METATRAIN_FAKE_RUNNER_VERSION`` (the version /health reports).
+the pod), ``METATRAIN_FAKE_RUNNER_VERSION`` (the metatrain version /health reports),
+``METATRAIN_FAKE_RUNNER_VERSIONS`` (JSON object merged into /health's ``versions``).
 """
 
 from __future__ import annotations
@@ -113,12 +114,16 @@ def fake_run_job(
 
 @attrs.define
 class FakeHost(JobHost):
-    """The real job host, reporting ``reported_version`` in /health (to test version pinning)."""
+    """The real job host, reporting ``reported_version`` and ``reported_versions`` in /health (to test
+    version pinning)."""
 
     reported_version: str = metatrain.__version__
+    reported_versions: dict[str, str] = attrs.field(factory=dict)
 
     def health(self) -> RunnerHealth:
-        return super().health().model_copy(update={"version": self.reported_version})
+        health = super().health()
+        versions = {**health.versions, "metatrain": self.reported_version, **self.reported_versions}
+        return health.model_copy(update={"version": self.reported_version, "versions": versions})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     version = os.environ.get("METATRAIN_FAKE_RUNNER_VERSION") or metatrain.__version__
-    host = FakeHost(args.work_dir.resolve(), device=args.device, run=fake_run_job, reported_version=version)
+    versions = json.loads(os.environ.get("METATRAIN_FAKE_RUNNER_VERSIONS") or "{}")
+    host = FakeHost(
+        args.work_dir.resolve(),
+        device=args.device,
+        run=fake_run_job,
+        reported_version=version,
+        reported_versions=versions,
+    )
     host.open()
     try:
         app = create_app(host, read_token(args.token_env))

@@ -1,0 +1,108 @@
+"""The runner's metrics tailer: every ``train/metrics.jsonl`` row reaches the progress callback,
+including rows written in the moment before training stops."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metatrain.jobs import runner as runner_module
+from metatrain.jobs.bundle import make_bundle
+from metatrain.specs import TaskSpec, parse_job_toml
+
+JOB_TOML = """family = "calc_chain"
+[train]
+model = "smollm2-135m"
+max_steps = 2
+rollouts_per_example = 2
+batch_size = 2
+max_tokens = 16
+lr = 1e-5
+"""
+
+
+def rows(*steps: int) -> str:
+    return "".join(json.dumps({"step": s, "reward": s / 10}) + "\n" for s in steps)
+
+
+def test_rows_written_before_stop_are_reported_by_the_final_read(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(rows(1, 2))
+    stop = threading.Event()
+    stop.set()  # training ended before the tailer's first poll
+    events: list[tuple[str, dict[str, Any]]] = []
+    runner_module._tail_metrics(metrics, stop, lambda e, d: events.append((e, d)), interval=0.01)
+    assert events == [("step", {"step": 1, "reward": 0.1}), ("step", {"step": 2, "reward": 0.2})]
+
+
+def test_half_written_and_garbage_lines(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    got: list[Any] = []
+
+    def progress(event: str, data: dict[str, Any]) -> None:
+        got.append(data["step"])
+
+    metrics.write_text(rows(1) + '{"step": 2, "rew')  # row 2 being written
+    seen = runner_module._emit_new_steps(metrics, 0, progress, final=False)
+    assert got == [1] and seen == 1
+    metrics.write_text(rows(1, 2) + "not json\n[1, 2]\n" + rows(3))
+    seen = runner_module._emit_new_steps(metrics, seen, progress, final=False)
+    assert got == [1, 2, 3]  # a bad line does not hold back the rows after it
+    with metrics.open("a") as fh:
+        fh.write('{"step": 4}')  # no newline: only the final read takes it
+    assert runner_module._emit_new_steps(metrics, seen, progress, final=False) == seen
+    runner_module._emit_new_steps(metrics, seen, progress, final=True)
+    assert got == [1, 2, 3, 4]
+    assert runner_module._emit_new_steps(tmp_path / "absent.jsonl", 0, progress, final=True) == 0
+
+
+def test_run_job_reports_the_last_step_written_just_before_training_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training writes its last row and exits within the tailer's poll interval: the row still counts."""
+    import metatrain.models
+    from metatrain.sandbox.runner import SandboxResult
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "env.py").write_text("def load_environment(**kw):\n    return None\n")
+    (ws / "job.toml").write_text(JOB_TOML)
+    fields: dict[str, Any] = {"family": "calc_chain", "version": "1.0.0", "budget": "fast", "eval_n": 8}
+    spec = TaskSpec.model_construct(**fields)  # make_bundle reads only these four fields
+    bundle = make_bundle(tmp_path / "bundle", ws, parse_job_toml(JOB_TOML), spec, "job-m", "run-m")
+    steps: list[int] = []
+    first_seen = threading.Event()
+
+    def progress(event: str, data: dict[str, Any]) -> None:
+        if event == "step":
+            steps.append(data["step"])
+            first_seen.set()
+
+    signature = inspect.signature(runner_module.run_eval)
+
+    def fake_eval(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        out = signature.bind(*args, **kwargs).arguments["out"]
+        report = {"score": 0.25, "n": 8, "ci95": [0.0, 0.5], "tool_calls_per_rollout": 1.0}
+        out.write_text(json.dumps(report))
+        return report
+
+    def fake_training(policy: Any, target: str, kwargs: dict[str, Any]) -> SandboxResult:
+        metrics = Path(kwargs["out_dir"]) / "metrics.jsonl"
+        metrics.write_text(rows(1))
+        assert first_seen.wait(10), "the tailer never reported step 1"
+        with metrics.open("a") as fh:
+            fh.write(rows(2))  # the last step, then training returns at once
+        summary = {"steps": 2, "train_seconds": 0.1, "history": [{"step": 1}, {"step": 2}]}
+        return SandboxResult(True, summary, None, 0, "", "", 0.1, {})
+
+    monkeypatch.setattr(metatrain.models, "prepare_model", lambda name: tmp_path)
+    monkeypatch.setattr(runner_module, "run_eval", fake_eval)
+    monkeypatch.setattr(runner_module, "run_sandboxed", fake_training)
+    result = runner_module.run_job(bundle, tmp_path / "result", progress=progress)
+    assert result.status == "succeeded" and result.train_steps == 2
+    assert steps == [1, 2]
