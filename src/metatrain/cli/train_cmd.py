@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,29 +11,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from metatrain.outer.metrics import read_jsonl
+
 console = Console()
 TRAINERS = ("local", "tinker")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
 def step_rows(log_dir: Path) -> list[dict[str, Any]]:
     """Training steps from the cookbook's ``metrics.jsonl`` (holdout-only lines excluded)."""
-    return [m for m in _read_jsonl(log_dir / "metrics.jsonl") if "env/all/reward/total" in m]
+    return [m for m in read_jsonl(log_dir / "metrics.jsonl") if "env/all/reward/total" in m]
 
 
 def _status(log_dir: Path) -> str:
-    episodes = _read_jsonl(log_dir / "episodes.jsonl")
+    episodes = read_jsonl(log_dir / "episodes.jsonl")
     steps = step_rows(log_dir)
     last = steps[-1] if steps else {}
     reward = last.get("env/all/reward/total")
@@ -54,7 +43,7 @@ def summary_table(log_dir: Path) -> Table:
     )
     holdout = {
         m.get("step"): m["test/env/all/reward/total"]
-        for m in _read_jsonl(log_dir / "metrics.jsonl")
+        for m in read_jsonl(log_dir / "metrics.jsonl")
         if "test/env/all/reward/total" in m
     }
     for m in step_rows(log_dir):

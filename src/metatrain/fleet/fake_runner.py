@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from metatrain.jobs.bundle import load_bundle
+from metatrain.jobs.result import finish_job, result_fields
 from metatrain.protocols import ProgressFn
 from metatrain.specs import JobResult, PhaseTiming
 
@@ -57,13 +58,10 @@ def fake_run_job(
     logs.mkdir(parents=True, exist_ok=True)
     (train / "model").mkdir(parents=True, exist_ok=True)
     tick = seconds / (4 + steps)
-    base: dict[str, object] = {"job_id": manifest.job_id, "model": manifest.job.train.model, "device": device}
-    base |= {"eval_n": manifest.eval_n, "started_at": started, "timing": PhaseTiming(total=seconds)}
+    base = {**result_fields(manifest, device), "started_at": started, "timing": PhaseTiming(total=seconds)}
 
     def finish(**fields: object) -> JobResult:
-        result = JobResult.model_validate({**base, **fields, "finished_at": datetime.now().astimezone()})
-        (result_dir / "result.json").write_text(result.model_dump_json(indent=2))
-        return result
+        return finish_job(result_dir, {**base, **fields})
 
     progress("phase", {"name": "prepare_model", "model": manifest.job.train.model})
     progress("phase", {"name": "pre_eval"})

@@ -35,6 +35,7 @@ import attrs
 import metatrain
 from metatrain.fleet.archive import BUNDLE_TOP, ArchiveError, member_path, pack_dir, unpack
 from metatrain.fleet.versions import runner_versions
+from metatrain.jobs.result import result_fields
 from metatrain.protocols import ProgressFn
 from metatrain.specs import BundleManifest, JobResult, ProgressEvent, RunnerHealth, RunnerJobStatus
 from metatrain.specs.runner_api import TERMINAL_STATES
@@ -62,22 +63,11 @@ class JobExecutor(Protocol):
     ) -> JobResult: ...
 
 
-def default_executor(
-    bundle_dir: Path,
-    result_dir: Path,
-    device: str = "cpu",
-    progress: ProgressFn | None = None,
-    train_wall_seconds: float | None = None,
-    eval_env: Mapping[str, str] | None = None,
-) -> JobResult:
-    """The real runner (imported lazily: it pulls in the sandbox and, later, torch)."""
-    from metatrain.jobs.runner import run_job
-
-    return run_job(bundle_dir, result_dir, device, progress, train_wall_seconds, eval_env)
-
-
 def runner_executor(backend: Backend = "trl") -> JobExecutor:
-    """The real runner with a training/eval backend: ``trl`` (local, sandboxed) or ``prime-rl`` (pods)."""
+    """The real runner with a training/eval backend: ``trl`` (local, sandboxed) or ``prime-rl`` (pods).
+
+    ``run_job`` is imported lazily, on the first job: it pulls in the sandbox and, later, torch.
+    """
 
     def run(
         bundle_dir: Path,
@@ -94,6 +84,10 @@ def runner_executor(backend: Backend = "trl") -> JobExecutor:
         )
 
     return run
+
+
+default_executor: JobExecutor = runner_executor()
+"""The real runner with the ``trl`` backend."""
 
 
 class JobHostError(Exception):
@@ -166,6 +160,11 @@ def _write_atomic(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.replace(tmp, path)
+
+
+def _write_result(result_dir: Path, result: JobResult) -> None:
+    result_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(result_dir / "result.json", result.model_dump_json(indent=2))
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
@@ -250,14 +249,11 @@ class JobHost:
     def _died_result(self, job_dir: Path, error: str) -> JobResult:
         try:
             manifest = BundleManifest.model_validate_json((job_dir / "bundle" / "bundle.json").read_text())
-            model, eval_n = manifest.job.train.model, manifest.eval_n
+            fields = result_fields(manifest, self.device)
         except (OSError, ValueError):
-            model, eval_n = "?", 0
-        result = JobResult(
-            job_id=job_dir.name, status="died", model=model, device=self.device, eval_n=eval_n, error=error
-        )
-        (job_dir / "result").mkdir(exist_ok=True)
-        _write_atomic(job_dir / "result" / "result.json", result.model_dump_json(indent=2))
+            fields = {"model": "?", "device": self.device, "eval_n": 0}
+        result = JobResult(**{**fields, "job_id": job_dir.name, "status": "died", "error": error})
+        _write_result(job_dir / "result", result)
         return result
 
     # -- queries ----------------------------------------------------------------------------------
@@ -456,17 +452,13 @@ class JobHost:
             )
         except Exception as exc:
             result = JobResult(
-                job_id=job_id,
+                **result_fields(manifest, self.device),
                 status="died",
-                model=manifest.job.train.model,
-                device=self.device,
-                eval_n=manifest.eval_n,
                 error=f"runner crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}",
             )
         finally:
             eval_env = None
-        result_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(result_dir / "result.json", result.model_dump_json(indent=2))
+        _write_result(result_dir, result)
         with self._lock:
             self._save(job_id, state=result.status, error=result.error, finished_at=_now())
             self._active = None

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from metatrain.integrity import training_policy
 from metatrain.jobs.bundle import load_bundle
+from metatrain.jobs.result import finish_job, result_fields
 from metatrain.protocols import ProgressFn
 from metatrain.sandbox import run_sandboxed
 from metatrain.sandbox.linux import die_with_parent
@@ -157,19 +158,11 @@ def run_job(
     logs.mkdir(parents=True, exist_ok=True)
     train_dir = result_dir / "train"
     timing = PhaseTiming()
-    base: dict[str, Any] = {
-        "job_id": manifest.job_id,
-        "model": table.model,
-        "device": device,
-        "eval_n": manifest.eval_n,
-        "started_at": started,
-    }
+    base = {**result_fields(manifest, device), "started_at": started}
 
     def finish(**fields: Any) -> JobResult:
         timing.total = time.monotonic() - t0
-        result = JobResult(**{**base, **fields, "timing": timing, "finished_at": datetime.now().astimezone()})
-        (result_dir / "result.json").write_text(result.model_dump_json(indent=2))
-        return result
+        return finish_job(result_dir, {**base, **fields, "timing": timing})
 
     try:
         progress("phase", {"name": "prepare_model", "model": table.model})

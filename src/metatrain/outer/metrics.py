@@ -8,9 +8,11 @@ episodes that chose model ``m``, ``env/all/config_key/<k>`` the share whose job.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from metatrain.specs import EpisodeResult, RewardBreakdown
 from metatrain.specs.job import TrainingTable
@@ -18,6 +20,20 @@ from metatrain.specs.reward import Outcome
 
 OUTCOMES: tuple[Outcome, ...] = ("no_submission", "never_valid", "job_died", "job_failed", "succeeded")
 TRAINING_KEYS: tuple[str, ...] = tuple(TrainingTable.model_fields)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL log (``metrics.jsonl``, ``episodes.jsonl``): none if it does not exist yet, a
+    line that does not parse (torn by a kill) skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
 
 
 def config_keys_used(run_dir: str | Path) -> set[str]:

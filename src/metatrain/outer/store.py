@@ -32,6 +32,7 @@ from tinker_cookbook.rl.rollout_strategy import RolloutResult, RolloutStrategy
 from tinker_cookbook.rl.types import EnvGroupBuilder, Trajectory, Transition
 
 from metatrain.outer.bridge import EpisodeEnv, EpisodeOutcome
+from metatrain.outer.metrics import read_jsonl
 
 logger = logging.getLogger(__name__)
 _SERVED: set[str] = set()
@@ -68,15 +69,7 @@ class EpisodeLog:
 
 def read_episode_log(path: Path) -> list[dict[str, Any]]:
     """The episode log's records (a torn last line from a kill is skipped)."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    return read_jsonl(path)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -27,6 +27,7 @@ import attrs
 import metatrain
 from metatrain.fleet.jobhost import JobHost
 from metatrain.jobs.bundle import load_bundle
+from metatrain.jobs.result import finish_job, result_fields
 from metatrain.protocols import ProgressFn
 from metatrain.specs import JobResult, PhaseTiming, RunnerHealth
 
@@ -92,22 +93,20 @@ def fake_run_job(
     emit("phase", {"name": "post_eval"})
     (result_dir / "post_eval.json").write_text(json.dumps(report(post)))
     (logs / "post_eval.log").write_text("fake post-eval\n")
-    result = JobResult(
-        job_id=manifest.job_id,
-        status="succeeded",
-        model=manifest.job.train.model,
-        device=device,
-        pre_score=pre,
-        post_score=post,
-        eval_n=n,
-        train_steps=2,
-        train_seconds=seconds,
-        timing=PhaseTiming(pre_eval=0.0, train=seconds, post_eval=0.0, total=seconds),
-        train_metrics={"first_reward": history[0]["reward"], "last_reward": history[-1]["reward"]},
-        started_at=started,
-        finished_at=datetime.now().astimezone(),
+    result = finish_job(
+        result_dir,
+        {
+            **result_fields(manifest, device),
+            "status": "succeeded",
+            "pre_score": pre,
+            "post_score": post,
+            "train_steps": 2,
+            "train_seconds": seconds,
+            "timing": PhaseTiming(pre_eval=0.0, train=seconds, post_eval=0.0, total=seconds),
+            "train_metrics": {"first_reward": history[0]["reward"], "last_reward": history[-1]["reward"]},
+            "started_at": started,
+        },
     )
-    (result_dir / "result.json").write_text(result.model_dump_json(indent=2))
     _log(f"end {manifest.job_id} {pod}")
     return result
 
