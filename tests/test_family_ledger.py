@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
-import inspect
 import json
 import random
 import re
@@ -15,21 +13,27 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from family_helpers import (
+    BUDGETS,
+    assert_deterministic,
+    assert_reference_job_within_bounds,
+    assert_schemas_match,
+    assert_split_sized_and_disjoint,
+    load_env_module,
+    probe_reference_job,
+    write_reference_job,
+)
 
-from metatrain.episode.probe import validate_submission
-from metatrain.episode.workspace import Workspace
 from metatrain.plugins import load_plugins
 from metatrain.protocols import TaskFamily
-from metatrain.specs import Example, parse_job_toml
+from metatrain.specs import Example
 from metatrain.training.environment import to_vf_messages
-from metatrain.training.table import bound_errors
 from metatrain_families.common import tool_schemas
 from metatrain_families.ledger import DIFFICULTY, Ledger
 from metatrain_families.ledger.generator import generate_example
 from metatrain_families.ledger.tools import TOOLS
 
 FAMILY = Ledger()
-BUDGETS = ["fast", "full"]
 STEP_RES = [
     (re.compile(r"^\d+\. Open a new account named (\w+)\.$"), "open_account", ("account",)),
     (re.compile(r"^\d+\. Deposit (\d+) into (\w+)\.$"), "deposit", ("amount", "account")),
@@ -93,21 +97,12 @@ def test_registered_and_shaped() -> None:
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_generator_is_deterministic_per_seed(budget: str) -> None:
-    d = DIFFICULTY[budget]
-    a = [generate_example(random.Random(7), d, "x") for _ in range(3)]
-    b = [generate_example(random.Random(7), d, "x") for _ in range(3)]
-    assert a == b
-    assert generate_example(random.Random(8), d, "x") != a[0]
-    assert FAMILY.hidden_eval(budget) == FAMILY.hidden_eval(budget)
-    assert FAMILY.task_spec(budget) == FAMILY.task_spec(budget)
+    assert_deterministic(FAMILY, generate_example, DIFFICULTY, budget, whole_spec=True)
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_dev_and_hidden_eval_are_disjoint(budget: str) -> None:
-    spec = FAMILY.task_spec(budget)
-    hidden = FAMILY.hidden_eval(budget)
-    assert len(spec.dev_examples) == 5 and len(hidden) == spec.eval_n == {"fast": 48, "full": 200}[budget]
-    assert not {e.prompt for e in spec.dev_examples} & {e.prompt for e in hidden}
+    _, hidden = assert_split_sized_and_disjoint(FAMILY, budget)
     assert len({e.id for e in hidden}) == len(hidden)
     assert len({e.prompt for e in hidden}) > 0.95 * len(hidden)
 
@@ -128,14 +123,7 @@ def test_scorer_is_exact(budget: str) -> None:
 def test_tool_schemas_match_the_implementations() -> None:
     spec = FAMILY.task_spec("fast")
     assert spec.eval.tools == tool_schemas(TOOLS)
-    example = spec.dev_examples[0]
-    for schema, fn in zip(spec.eval.tools, FAMILY.tools_for(example), strict=True):
-        params = list(inspect.signature(fn).parameters)
-        assert schema.name == fn.__name__
-        assert "world" not in schema.parameters["properties"]
-        assert list(schema.parameters["properties"]) == params
-        assert schema.parameters["required"] == params
-        assert schema.description
+    assert_schemas_match(spec.eval.tools, FAMILY.tools_for(spec.dev_examples[0]))
 
 
 def test_tools_share_state_within_a_rollout_and_never_across() -> None:
@@ -183,28 +171,16 @@ def test_every_hidden_eval_example_is_solvable_with_the_tools(budget: str) -> No
 
 
 def _workspace(tmp_path: Path, budget: str) -> Path:
-    ws = tmp_path / f"ws-{budget}"
-    ws.mkdir()
-    for name, text in FAMILY.reference_job(budget).items():
-        (ws / name).write_text(text)
-    return ws
+    return write_reference_job(FAMILY, budget, tmp_path / f"ws-{budget}")
 
 
 def _load_env_module(ws: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"ledger_env_{ws.name}", ws / "env.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_env_module(ws, f"ledger_env_{ws.name}")
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_reference_job_parses_and_is_within_bounds(budget: str, tmp_path: Path) -> None:
-    spec = FAMILY.task_spec(budget)
-    job = parse_job_toml(FAMILY.reference_job(budget)["job.toml"])
-    assert job.family == "ledger"
-    n = job.env_args["num_examples"]
-    assert bound_errors(job.train, spec.bounds, dataset_size=n, max_turns=spec.eval.max_turns) == []
+    job = assert_reference_job_within_bounds(FAMILY, budget, whole_job=True)
     assert job.train.model == ("smollm2-135m" if budget == "fast" else "qwen2.5-coder-0.5b")
 
 
@@ -258,9 +234,5 @@ def test_reference_env_rollout_state_and_rubric(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
-    outcome = validate_submission(Workspace(_workspace(tmp_path, budget)), FAMILY.task_spec(budget))
-    assert outcome.report.ok, outcome.report.errors
-    scores = outcome.report.checks["rubric_scores"]
-    assert isinstance(scores, dict)
-    assert scores["correct_answer"][::2] == [1.0] * (len(scores["correct_answer"]) // 2)
-    assert not any(scores["correct_answer"][1::2]) and not any(scores["correct_steps"])
+    scores = probe_reference_job(FAMILY, budget, tmp_path / f"ws-{budget}")
+    assert not any(scores["correct_steps"])

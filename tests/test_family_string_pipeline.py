@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import inspect
-import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from family_helpers import (
+    BUDGETS,
+    assert_deterministic,
+    assert_reference_job_within_bounds,
+    assert_schemas_match,
+    assert_split_sized_and_disjoint,
+    probe_reference_job,
+)
 
-from metatrain.episode.probe import validate_submission
-from metatrain.episode.workspace import Workspace
-from metatrain.specs import Example, parse_job_toml
-from metatrain.training.table import bound_errors
+from metatrain.specs import Example
 from metatrain_families.string_pipeline import DIFFICULTY, StringPipeline
 from metatrain_families.string_pipeline.generator import generate_example
 from metatrain_families.string_pipeline.tools import TOOLS
 
 FAMILY = StringPipeline()
-BUDGETS = ["fast", "full"]
 
 
 def solve(example: Example) -> str:
@@ -32,21 +36,12 @@ def solve(example: Example) -> str:
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_generator_is_deterministic_per_seed(budget: str) -> None:
-    d = DIFFICULTY[budget]
-    a = [generate_example(random.Random(7), d, "x") for _ in range(3)]
-    b = [generate_example(random.Random(7), d, "x") for _ in range(3)]
-    assert a == b
-    assert generate_example(random.Random(8), d, "x") != a[0]
-    assert FAMILY.hidden_eval(budget) == FAMILY.hidden_eval(budget)
-    assert FAMILY.task_spec(budget).dev_examples == FAMILY.task_spec(budget).dev_examples
+    assert_deterministic(FAMILY, generate_example, DIFFICULTY, budget)
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_dev_and_eval_are_disjoint_and_sized(budget: str) -> None:
-    spec = FAMILY.task_spec(budget)
-    hidden = FAMILY.hidden_eval(budget)
-    assert len(spec.dev_examples) == 5 and len(hidden) == spec.eval_n == {"fast": 48, "full": 200}[budget]
-    assert not {e.prompt for e in spec.dev_examples} & {e.prompt for e in hidden}
+    spec, hidden = assert_split_sized_and_disjoint(FAMILY, budget)
     assert len({e.prompt for e in hidden}) == len(hidden)
     assert spec.eval.max_turns == DIFFICULTY[budget].n_steps + 2
     assert 64 <= spec.eval.max_tokens <= 128
@@ -63,16 +58,11 @@ def test_scorer_is_exact_after_stripping() -> None:
 
 def test_tool_schemas_match_the_implementations() -> None:
     schemas = FAMILY.task_spec("fast").eval.tools
-    assert [s.name for s in schemas] == [fn.__name__ for fn in TOOLS]
-    for schema, fn in zip(schemas, TOOLS, strict=True):
-        params = [p for p in inspect.signature(fn).parameters if p != "world"]
-        assert list(schema.parameters["properties"]) == params
-        assert sorted(schema.parameters["required"]) == sorted(params)
-        assert schema.description
+    assert_schemas_match(schemas, TOOLS)
 
 
 def test_tools_raise_helpful_value_errors() -> None:
-    tools = {fn.__name__: fn for fn in TOOLS}
+    tools: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in TOOLS}
     with pytest.raises(ValueError, match="single characters"):
         tools["replace_char"]("abc", "ab", "x")
     with pytest.raises(ValueError, match="integer"):
@@ -90,19 +80,10 @@ def test_every_hidden_and_dev_example_is_solvable_through_the_tools(budget: str)
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_reference_job_parses_within_bounds(budget: str) -> None:
-    files = FAMILY.reference_job(budget)
-    job = parse_job_toml(files["job.toml"])
-    assert job.family == FAMILY.name
-    assert bound_errors(job.train, FAMILY.task_spec(budget).bounds) == []
+    assert_reference_job_within_bounds(FAMILY, budget)
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
-    for name, text in FAMILY.reference_job(budget).items():
-        (tmp_path / name).write_text(text)
-    outcome = validate_submission(Workspace(tmp_path), FAMILY.task_spec(budget))
-    assert outcome.report.ok, outcome.report.errors
-    scores = outcome.report.checks["rubric_scores"]
-    assert set(scores["correct_answer"][0::2]) == {1.0}
-    assert set(scores["correct_answer"][1::2]) == {0.0}
+    scores = probe_reference_job(FAMILY, budget, tmp_path)
     assert set(scores["intermediate_progress"]) == {0.0}

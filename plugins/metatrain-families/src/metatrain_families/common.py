@@ -1,16 +1,19 @@
-"""Pieces every built-in family shares: answer parsing, template loading, baselines location."""
+"""Pieces every built-in family shares: answer parsing, templates, baselines, bounds and the family shape."""
 
 from __future__ import annotations
 
+import copy
 import inspect
+import random
 import re
 import string
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, ClassVar, Generic, TypeVar, get_type_hints
 
-from metatrain.specs import ToolSchema
+from metatrain.specs import Bounds, EvalInterface, Example, FloatRange, IntRange, TaskSpec, ToolSchema
+from metatrain_families.secret import eval_seed
 
 ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL | re.IGNORECASE)
 
@@ -72,3 +75,151 @@ def tool_schemas(tools: Iterable[Callable[..., Any]]) -> list[ToolSchema]:
     from transformers.utils import get_json_schema
 
     return [ToolSchema.model_validate(get_json_schema(bind_world(fn, None))["function"]) for fn in tools]
+
+
+MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"]
+EVAL_N = {"fast": 48, "full": 200}
+N_DEV = 5
+
+
+def standard_bounds(budget: str, models: Sequence[str], max_turns: int) -> Bounds:
+    """The search bounds every built-in family offers at ``budget``; only the turn cap differs."""
+    fast = budget == "fast"
+    return Bounds(
+        models=list(models),
+        max_steps=IntRange(min=1, max=8 if fast else 200),
+        rollouts_per_example=IntRange(min=2, max=8 if fast else 16),
+        batch_size=IntRange(min=1, max=8 if fast else 64),
+        max_tokens=IntRange(min=16, max=256 if fast else 1024),
+        temperature=FloatRange(min=0.1, max=2.0),
+        lr=FloatRange(min=1e-7, max=1e-3),
+        warmup=IntRange(min=0, max=10 if fast else 50),
+        lora_rank=IntRange(min=1, max=64),
+        dataset_size=IntRange(min=4, max=2000 if fast else 20000),
+        max_turns=IntRange(min=1, max=max_turns),
+        optimizers=["adamw", "sgd", "adafactor"],
+        schedulers=["constant", "linear", "cosine"],
+        losses=["grpo", "dr_grpo", "dapo", "bnpo"],
+        full_finetune_allowed=not fast,
+    )
+
+
+def reference_job_values(budget: str, full_max_tokens: int) -> dict[str, object]:
+    """Values for a family's ``reference_job.toml.tmpl``: a tiny run at ``fast``, a real one at ``full``."""
+    fast = budget == "fast"
+    return {
+        "model": "smollm2-135m" if fast else "qwen2.5-coder-0.5b",
+        "num_examples": 64 if fast else 2000,
+        "max_steps": 2 if fast else 40,
+        "rollouts": 4 if fast else 8,
+        "batch_size": 2 if fast else 8,
+        "max_tokens": 96 if fast else full_max_tokens,
+        "lr": "5e-5",
+        "rank": 8 if fast else 16,
+        "alpha": 16 if fast else 32,
+    }
+
+
+D = TypeVar("D")
+
+
+class GeneratedFamily(Generic[D]):
+    """The shape of a built-in family: examples drawn per budget from knobs ``D`` by a seeded generator.
+
+    A subclass is an attrs class with ``name``, ``version`` and ``held_out`` fields; it sets the class
+    variables below and supplies ``generate``, ``describe``, ``max_turns``, ``turn_cap``, ``env_values``
+    and ``score``. Dev examples come from ``name|version|dev``, hidden ones from the eval seed.
+    """
+
+    name: str
+    version: str
+    held_out: bool
+
+    difficulty: ClassVar[Mapping[str, Any]]
+    tools: ClassVar[Sequence[Callable[..., Any]]]
+    system_prompt: ClassVar[str]
+    answer_format: ClassVar[str]
+    max_tokens: ClassVar[int]
+    templates: ClassVar[str]
+    """The package holding ``reference_env.py.tmpl`` and ``reference_job.toml.tmpl``."""
+    reference_max_tokens: ClassVar[int] = 256
+    """``max_tokens`` of the ``full`` reference job."""
+    models: ClassVar[Sequence[str]] = MODELS
+    eval_n: ClassVar[Mapping[str, int]] = EVAL_N
+
+    @staticmethod
+    def generate(rng: random.Random, d: D, example_id: str) -> Example:
+        raise NotImplementedError
+
+    def describe(self, d: D) -> str:
+        raise NotImplementedError
+
+    def max_turns(self, d: D) -> int:
+        """Tool rounds the eval allows."""
+        raise NotImplementedError
+
+    def turn_cap(self, d: D) -> int:
+        """The largest ``max_turns`` the bounds allow."""
+        raise NotImplementedError
+
+    def env_values(self, d: D) -> dict[str, object]:
+        """Template values of the reference env besides ``system_prompt`` and ``max_turns``."""
+        raise NotImplementedError
+
+    def score(self, example: Example, final_text: str) -> float:
+        raise NotImplementedError
+
+    def knobs(self, budget: str) -> D:
+        """The generator knobs for ``budget``; an unknown budget is a ValueError."""
+        if budget not in self.difficulty:
+            raise ValueError(f"unknown budget {budget!r}; choose one of {sorted(self.difficulty)}")
+        knobs: D = self.difficulty[budget]
+        return knobs
+
+    def task_spec(self, budget: str) -> TaskSpec:
+        d = self.knobs(budget)
+        rng = random.Random(f"{self.name}|{self.version}|dev")
+        dev = [self.generate(rng, d, f"{self.name}-dev-{i}") for i in range(N_DEV)]
+        return TaskSpec(
+            family=self.name,
+            version=self.version,
+            description=self.describe(d),
+            budget=budget,
+            held_out=self.held_out,
+            eval=EvalInterface(
+                tools=tool_schemas(self.tools),
+                system_prompt=self.system_prompt,
+                answer_format=self.answer_format,
+                max_turns=self.max_turns(d),
+                max_tokens=self.max_tokens,
+            ),
+            bounds=standard_bounds(budget, self.models, self.turn_cap(d)),
+            dev_examples=dev,
+            eval_n=self.eval_n[budget],
+        )
+
+    def tools_for(self, example: Example) -> list[Callable[..., Any]]:
+        """The tools bound to one fresh copy of the example's world, shared by all of them."""
+        world = copy.deepcopy(example.info["world"])
+        return [bind_world(fn, world) for fn in self.tools]
+
+    def hidden_eval(self, budget: str) -> list[Example]:
+        d = self.knobs(budget)
+        rng = random.Random(eval_seed(self.name, self.version, budget))
+        return [self.generate(rng, d, f"{self.name}-eval-{i}") for i in range(self.eval_n[budget])]
+
+    def reference_job(self, budget: str) -> dict[str, str]:
+        d = self.knobs(budget)
+        env = render_template(
+            self.templates,
+            "reference_env.py.tmpl",
+            system_prompt=repr(self.system_prompt),
+            max_turns=self.max_turns(d),
+            **self.env_values(d),
+        )
+        values = reference_job_values(budget, self.reference_max_tokens)
+        job = render_template(self.templates, "reference_job.toml.tmpl", **values)
+        return {"env.py": env, "job.toml": job}
+
+    def baselines_path(self) -> Path:
+        return baselines_file(self.name)

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import copy
-import random
 import re
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import attrs
 
-from metatrain.specs import Bounds, EvalInterface, Example, FloatRange, IntRange, TaskSpec
-from metatrain_families.common import (
-    baselines_file,
-    bind_world,
-    extract_answer,
-    render_template,
-    tool_schemas,
-)
-from metatrain_families.secret import eval_seed
+from metatrain.specs import Example
+from metatrain_families.common import GeneratedFamily, extract_answer
 from metatrain_families.triage.generator import (
     ASK,
     CHANGES,
@@ -36,12 +24,10 @@ SYSTEM_PROMPT = (
     "You are the on-call engineer. Investigate with the provided tools, one call at a time: incidents, "
     "services and their dependencies, deploys. When you know the answer, reply with <answer>...</answer>."
 )
-MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"]
 DIFFICULTY = {
     "fast": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)),
     "full": Difficulty(n_deps=2, n_other=3, earlier=(1, 2), rollback_p=0.5, questions=("deploy", "team")),
 }
-EVAL_N = {"fast": 48, "full": 200}
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -54,27 +40,6 @@ def normalise_label(text: str | None) -> str | None:
 
 def _max_turns(d: Difficulty) -> int:
     return d.needed_calls + 2
-
-
-def _bounds(budget: str, max_turns: int) -> Bounds:
-    fast = budget == "fast"
-    return Bounds(
-        models=MODELS,
-        max_steps=IntRange(min=1, max=8 if fast else 200),
-        rollouts_per_example=IntRange(min=2, max=8 if fast else 16),
-        batch_size=IntRange(min=1, max=8 if fast else 64),
-        max_tokens=IntRange(min=16, max=256 if fast else 1024),
-        temperature=FloatRange(min=0.1, max=2.0),
-        lr=FloatRange(min=1e-7, max=1e-3),
-        warmup=IntRange(min=0, max=10 if fast else 50),
-        lora_rank=IntRange(min=1, max=64),
-        dataset_size=IntRange(min=4, max=2000 if fast else 20000),
-        max_turns=IntRange(min=1, max=max_turns + 4),
-        optimizers=["adamw", "sgd", "adafactor"],
-        schedulers=["constant", "linear", "cosine"],
-        losses=["grpo", "dr_grpo", "dapo", "bnpo"],
-        full_finetune_allowed=not fast,
-    )
 
 
 def _describe(d: Difficulty) -> str:
@@ -95,92 +60,48 @@ def _describe(d: Difficulty) -> str:
 
 
 @attrs.frozen
-class Triage:
+class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
     version: str = "1.0.0"
     held_out: bool = True
 
-    def task_spec(self, budget: str) -> TaskSpec:
-        d = DIFFICULTY[_check_budget(budget)]
-        rng = random.Random(f"{self.name}|{self.version}|dev")
-        dev = [generate_example(rng, d, f"{self.name}-dev-{i}") for i in range(5)]
-        return TaskSpec(
-            family=self.name,
-            version=self.version,
-            description=_describe(d),
-            budget=budget,
-            held_out=self.held_out,
-            eval=EvalInterface(
-                tools=tool_schemas(TOOLS),
-                system_prompt=SYSTEM_PROMPT,
-                answer_format=(
-                    "<answer>DEPLOY_ID</answer> (e.g. dep-1a2b) or <answer>TEAM</answer>, as the question "
-                    "asks; case-insensitive"
-                ),
-                max_turns=_max_turns(d),
-                max_tokens=96,
-            ),
-            bounds=_bounds(budget, _max_turns(d)),
-            dev_examples=dev,
-            eval_n=EVAL_N[budget],
-        )
+    difficulty = DIFFICULTY
+    generate = staticmethod(generate_example)
+    tools = TOOLS
+    system_prompt = SYSTEM_PROMPT
+    answer_format = (
+        "<answer>DEPLOY_ID</answer> (e.g. dep-1a2b) or <answer>TEAM</answer>, as the question "
+        "asks; case-insensitive"
+    )
+    max_tokens = 96
+    templates = __name__
 
-    def tools_for(self, example: Example) -> list[Callable[..., Any]]:
-        world = copy.deepcopy(example.info["world"])
-        return [bind_world(fn, world) for fn in TOOLS]
+    def describe(self, d: Difficulty) -> str:
+        return _describe(d)
 
-    def hidden_eval(self, budget: str) -> list[Example]:
-        d = DIFFICULTY[_check_budget(budget)]
-        rng = random.Random(eval_seed(self.name, self.version, budget))
-        return [generate_example(rng, d, f"{self.name}-eval-{i}") for i in range(EVAL_N[budget])]
+    def max_turns(self, d: Difficulty) -> int:
+        return _max_turns(d)
+
+    def turn_cap(self, d: Difficulty) -> int:
+        return _max_turns(d) + 4
+
+    def env_values(self, d: Difficulty) -> dict[str, object]:
+        return {
+            "services": repr(SERVICES),
+            "teams": repr(TEAMS),
+            "symptoms": repr(SYMPTOMS),
+            "changes": repr(CHANGES),
+            "ask": repr(ASK),
+            "rule": repr(rule(d)),
+            "n_deps": d.n_deps,
+            "n_other": d.n_other,
+            "earlier": repr(d.earlier),
+            "rollback_p": d.rollback_p,
+            "kinds": repr(d.questions),
+        }
 
     def score(self, example: Example, final_text: str) -> float:
         got = normalise_label(extract_answer(final_text))
         return 1.0 if got is not None and got == normalise_label(example.answer) else 0.0
-
-    def reference_job(self, budget: str) -> dict[str, str]:
-        d = DIFFICULTY[_check_budget(budget)]
-        fast = budget == "fast"
-        pkg = "metatrain_families.triage"
-        env = render_template(
-            pkg,
-            "reference_env.py.tmpl",
-            system_prompt=repr(SYSTEM_PROMPT),
-            services=repr(SERVICES),
-            teams=repr(TEAMS),
-            symptoms=repr(SYMPTOMS),
-            changes=repr(CHANGES),
-            ask=repr(ASK),
-            rule=repr(rule(d)),
-            n_deps=d.n_deps,
-            n_other=d.n_other,
-            earlier=repr(d.earlier),
-            rollback_p=d.rollback_p,
-            kinds=repr(d.questions),
-            max_turns=_max_turns(d),
-        )
-        job = render_template(
-            pkg,
-            "reference_job.toml.tmpl",
-            model="smollm2-135m" if fast else "qwen2.5-coder-0.5b",
-            num_examples=64 if fast else 2000,
-            max_steps=2 if fast else 40,
-            rollouts=4 if fast else 8,
-            batch_size=2 if fast else 8,
-            max_tokens=96 if fast else 256,
-            lr="5e-5",
-            rank=8 if fast else 16,
-            alpha=16 if fast else 32,
-        )
-        return {"env.py": env, "job.toml": job}
-
-    def baselines_path(self) -> Path:
-        return baselines_file(self.name)
-
-
-def _check_budget(budget: str) -> str:
-    if budget not in DIFFICULTY:
-        raise ValueError(f"unknown budget {budget!r}; choose one of {sorted(DIFFICULTY)}")
-    return budget
