@@ -8,7 +8,7 @@ aliases; plus every key path reachable from the ``rl`` entrypoint's ``RLConfig``
 imported: prime-rl needs Python 3.12 and GPU packages.
 
     .venv/bin/python scripts/extract_primerl_schema.py \\
-        --git-dir /work/.mirror/PrimeIntellect-ai+prime-rl/repo --commit 38494ccb \\
+        --git-dir PATH/TO/prime-rl/.git --commit 38494ccb \\
         --out tests/data/primerl_v0.6.0_schema.json
 """
 
@@ -270,7 +270,7 @@ def extract(git_dir: Path, commit: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--git-dir", type=Path, default=Path("/work/.mirror/PrimeIntellect-ai+prime-rl/repo"))
+    parser.add_argument("--git-dir", type=Path, required=True, help="a clone of prime-rl (its git dir)")
     parser.add_argument("--commit", default="38494ccb")
     parser.add_argument("--out", type=Path, default=Path("tests/data/primerl_v0.6.0_schema.json"))
     args = parser.parse_args(argv)

@@ -79,6 +79,21 @@ def load_model(model_dir: Path, device: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def score_rollouts(family: TaskFamily, examples: list[Example], rollouts: list[Any], t0: float) -> EvalReport:
+    """Score played-out eval conversations with the family's scorer (``t0``: when the eval started)."""
+    scores = [family.score(ex, r.final_text) for ex, r in zip(examples, rollouts, strict=True)]
+    n = len(scores)
+    return EvalReport(
+        score=sum(scores) / n,
+        n=n,
+        ci95=interval95(scores),
+        tool_calls_per_rollout=sum(r.tool_calls for r in rollouts) / n,
+        malformed_per_rollout=sum(r.malformed for r in rollouts) / n,
+        seconds=time.monotonic() - t0,
+        scores=tuple(scores),
+    )
+
+
 def evaluate(
     family: TaskFamily,
     budget: str,
@@ -106,17 +121,7 @@ def evaluate(
         batch_size=batch_size,
         on_batch=on_progress,
     )
-    scores = [family.score(ex, r.final_text) for ex, r in zip(examples, rollouts, strict=True)]
-    n = len(scores)
-    return EvalReport(
-        score=sum(scores) / n,
-        n=n,
-        ci95=interval95(scores),
-        tool_calls_per_rollout=sum(r.tool_calls for r in rollouts) / n,
-        malformed_per_rollout=sum(r.malformed for r in rollouts) / n,
-        seconds=time.monotonic() - t0,
-        scores=tuple(scores),
-    )
+    return score_rollouts(family, examples, rollouts, t0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -802,7 +802,7 @@ def evaluate_with_vllm(
     """Score ``model`` on the family's hidden eval; starts ``vllm serve`` unless ``base_url`` is given."""
     from openai import OpenAI
 
-    from metatrain.training.evaluation import EvalReport, eval_conversation, interval95, tool_schemas
+    from metatrain.training.evaluation import eval_conversation, score_rollouts, tool_schemas
 
     t0 = time.monotonic()
     spec = family.task_spec(budget)
@@ -837,17 +837,7 @@ def evaluate_with_vllm(
         max_len = primerl_seq_len(spec.eval.max_tokens * spec.eval.max_turns)
         with VllmServer(model, max_model_len=max_len, log=server_log) as server:
             rollouts = score_with(server.url, server.served_name)
-    scores = [family.score(ex, r.final_text) for ex, r in zip(examples, rollouts, strict=True)]
-    n = len(scores)
-    return EvalReport(
-        score=sum(scores) / n,
-        n=n,
-        ci95=interval95(scores),
-        tool_calls_per_rollout=sum(r.tool_calls for r in rollouts) / n,
-        malformed_per_rollout=sum(r.malformed for r in rollouts) / n,
-        seconds=time.monotonic() - t0,
-        scores=tuple(scores),
-    )
+    return score_rollouts(family, examples, rollouts, t0)
 
 
 def main(argv: list[str] | None = None) -> int:
