@@ -688,6 +688,7 @@ def test_runner_executor_selects_the_backend(tmp_path: Path, monkeypatch: pytest
     from metatrain.fleet.jobhost import runner_executor
 
     calls: list[tuple[Any, ...]] = []
+
     def fake_run_job(*args: Any, **kwargs: Any) -> str:
         calls.append((*args, kwargs))
         return "done"

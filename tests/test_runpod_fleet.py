@@ -312,6 +312,35 @@ def test_pod_killed_mid_job_is_requeued_then_recorded_died(fleet_env: FleetEnv) 
     assert env.emu.live_pods() == []
 
 
+def test_pod_dying_during_submission_costs_the_attempt(
+    fleet_env: FleetEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner took the job, then died before answering the PUT: that attempt is spent."""
+    from metatrain.fleet.client import RunnerClient, RunnerUnavailable
+
+    env = fleet_env
+    env.emu.extra_pod_env["METATRAIN_FAKE_JOB_SECONDS"] = "3"
+    (job,) = env.enqueue(1, "dies-on-put")
+    submit = RunnerClient.submit
+
+    def submit_then_die(self: RunnerClient, *args: Any, **kwargs: Any) -> Any:
+        submit(self, *args, **kwargs)
+        (pod,) = env.emu.live_pods()  # max_pods=1: the pod that just took the job
+        env.emu.kill_pod(pod)
+        raise RunnerUnavailable("PUT: Server disconnected without sending a response.")
+
+    monkeypatch.setattr(RunnerClient, "submit", submit_then_die)
+    fleet = env.provider(max_pods=1).fleet()
+    fleet.queue = FileQueue(env.queue_root, max_attempts=2)
+    fleet.run(once=True)
+
+    died = FileQueue(env.queue_root).result(job)
+    assert died is not None and died.status == "died" and died.attempts == 2
+    assert died.error is not None and "pod died" in died.error
+    assert starts(env)[job] <= 2 and not ends(env)  # never a third run, never a finished one
+    assert env.emu.live_pods() == []
+
+
 def test_stuck_pod_replaced_idle_pod_reaped_and_fleet_status(fleet_env: FleetEnv) -> None:
     env = fleet_env
     env.emu.stuck_next = 1
@@ -542,7 +571,7 @@ def run_backend_choice(script: str, gpus: int, tmp_path: Path) -> subprocess.Com
     smi.chmod(0o755)
     part = bootstrap_part(script, "# training backend", "export METATRAIN_PRIME_RL_DIR")
     return subprocess.run(
-        ["bash", "-c", f"set -euo pipefail\n{part}echo \"$BACKEND\""],
+        ["bash", "-c", f'set -euo pipefail\n{part}echo "$BACKEND"'],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
         capture_output=True,
         text=True,

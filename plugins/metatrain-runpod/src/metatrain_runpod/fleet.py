@@ -175,26 +175,30 @@ class Fleet:
         self.pool.save()  # write-ahead: after a crash, the job goes back to this pod (idempotent there)
         try:
             status = client.submit(self.queue.path("running", job_id), job_id, self.eval_secret)
-        except RunnerError as exc:
+        except RunnerRejected as exc:
             rec.status, rec.job_id, rec.job_started_at = before
             self.pool.save()
             self._refused(flight, pod, exc)
+            return
+        except RunnerError as exc:
+            # No answer: the runner may have started the job before it went quiet, so the pod keeps
+            # holding it. The next tick resubmits there (idempotent); if the pod is dead, the job is
+            # lost on this attempt like any job on a dying pod.
+            log.warning("pod %s did not answer the submission of job %s: %s", rec.id, job_id, exc)
+            self._silent(pod, str(exc))
             return
         flight.pod_id, flight.since = rec.id, 0
         pod.silent_since = None
         log.info("job %s (attempt %d) → pod %s [%s]", job_id, flight.lease.attempt, rec.id, status.state)
         self.progress("log", {"message": f"job {job_id} running on pod {rec.id} ({rec.gpu_type_id})"})
 
-    def _refused(self, flight: Flight, pod: Pod, exc: RunnerError) -> None:
-        """A submission failed: a bundle the runner rejects dies; a pod that cannot take it is checked."""
+    def _refused(self, flight: Flight, pod: Pod, exc: RunnerRejected) -> None:
+        """The runner said no: a bundle it rejects dies; a pod that cannot take a job is replaced."""
         job_id = flight.lease.job_id
-        if isinstance(exc, RunnerRejected) and exc.status_code in (400, 413):
+        if exc.status_code in (400, 413):
             self._finish(flight, self._died(flight, f"the runner refused the bundle: {exc.detail}"))
-        elif isinstance(exc, RunnerRejected):
-            self._pod_failed(pod, f"runner refused job {job_id}: {exc}")
         else:
-            log.warning("pod %s did not take job %s: %s", pod.record.id, job_id, exc)
-            self._silent(pod, str(exc))
+            self._pod_failed(pod, f"runner refused job {job_id}: {exc}")
 
     # ---------------------------------------------------------------- polling
     def _poll(self, flight: Flight) -> None:
