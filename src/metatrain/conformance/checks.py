@@ -79,7 +79,8 @@ def check_scorer(family: TaskFamily, budget: str) -> str | None:
         right = family.score(ex, f"<answer>{ex.answer}</answer>")
         if right != 1.0:
             return f"{ex.id}: the reference answer scores {right}, not 1.0"
-        for wrong in (f"<answer>{ex.answer}0</answer>", "<answer></answer>", "no answer", ex.answer + " 1"):
+        # A trailing 7 changes every number (0 -> 07 = 7; n -> 10n+7) and every string.
+        for wrong in (f"<answer>{ex.answer}7</answer>", "<answer></answer>", "no answer", ex.answer + " 1"):
             if family.score(ex, wrong) >= 1.0:
                 return f"{ex.id}: the perturbed answer {wrong!r} scores 1.0"
     return None

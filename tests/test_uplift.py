@@ -1,0 +1,118 @@
+"""The uplift table: Newcombe's interval, rows read from run directories, the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from metatrain.analysis.uplift import (
+    UpliftError,
+    difference_interval,
+    main,
+    markdown_table,
+    uplift_row,
+)
+from metatrain.specs import EpisodeResult
+from metatrain.training.evaluation import interval95
+
+
+def test_difference_interval_by_hand() -> None:
+    lo, hi = difference_interval(0.5, (0.3, 0.7), 0.2, (0.1, 0.35))
+    # d = 0.3; lower: sqrt(0.2^2 + 0.15^2) = 0.25; upper: sqrt(0.2^2 + 0.1^2) = 0.2236...
+    assert lo == pytest.approx(0.05)
+    assert hi == pytest.approx(0.3 + 0.05**0.5)
+
+
+def test_difference_interval_from_wilson_intervals() -> None:
+    none = [0.0] * 48
+    lo, hi = difference_interval(0.0, interval95(none), 0.0, interval95(none))
+    assert lo < 0 < hi
+    post = [1.0] * 30 + [0.0] * 18  # 0.625 against 0.0 of 48: clearly better
+    lo, hi = difference_interval(0.625, interval95(post), 0.0, interval95(none))
+    assert 0.3 < lo < 0.625 < hi < 0.8
+
+
+def _run_dir(tmp_path: Path, post: float | None = 0.5, status: str = "succeeded") -> Path:
+    run = tmp_path / "run-1"
+    (run / "job" / "result").mkdir(parents=True)
+    result = EpisodeResult.model_validate(
+        {
+            "run_id": "run-1",
+            "family": "ledger",
+            "family_version": "1.0.0",
+            "budget": "fast",
+            "agent": "reference",
+            "provider": "local",
+            "model": "smollm2-135m",
+            "validation": {"attempts": 1, "valid": True},
+            "job": {
+                "status": status,
+                "pre_score": 0.1,
+                "post_score": post,
+                "best_pre": 0.2,
+                "eval_n": 48,
+                "train_seconds": 61.0,
+            },
+            "reward": {
+                "total": 0.5,
+                "validation": 1.0,
+                "job_quality": 0.3,
+                "train_speed": 1.0,
+                "weights": {"validation": 0.35, "job_quality": 0.6, "train_speed": 0.05},
+                "outcome": "succeeded",
+                "attempts": 1,
+            },
+            "cost": {},
+            "turns": 3,
+            "wall_seconds": 100.0,
+            "run_dir": str(run),
+        }
+    )
+    (run / "result.json").write_text(result.model_dump_json())
+    models = {
+        "smollm2-135m": {"score": 0.1, "ci95": [0.05, 0.2], "n": 48},
+        "gemma3-270m": {"score": 0.2, "ci95": [0.1, 0.35], "n": 48},
+    }
+    (run / "manifest.json").write_text(json.dumps({"baselines": {"models": models}}))
+    job = {"device": "cpu", "train_metrics": {"post_ci95": [0.3, 0.7]}}
+    (run / "job" / "result" / "result.json").write_text(json.dumps(job))
+    return run
+
+
+def test_row_compares_post_with_the_best_untrained_model(tmp_path: Path) -> None:
+    row = uplift_row(_run_dir(tmp_path))
+    assert (row.best_pre_model, row.best_pre, row.pre, row.post) == ("gemma3-270m", 0.2, 0.1, 0.5)
+    assert row.uplift == pytest.approx(0.3)
+    assert row.ci95 == pytest.approx((0.05, 0.3 + 0.05**0.5))
+    assert row.significant
+    table = markdown_table([row])
+    assert "| ledger | 1.0.0 | fast | smollm2-135m | 0.200 (gemma3-270m) |" in table
+    assert "[+0.050, +0.524] ✓ | 48 | 61 | cpu |" in table
+
+
+def test_row_not_significant_when_the_interval_holds_zero(tmp_path: Path) -> None:
+    row = uplift_row(_run_dir(tmp_path, post=0.25))
+    assert row.ci95[0] < 0 < row.ci95[1] and not row.significant
+    assert "✓" not in markdown_table([row])
+
+
+def test_unfinished_or_missing_runs_are_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(UpliftError, match="did not finish \\(failed\\)"):
+        uplift_row(_run_dir(tmp_path, post=None, status="failed"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UpliftError, match="not a finished episode"):
+        uplift_row(empty)
+    with pytest.raises(SystemExit) as exc:
+        main([str(empty)])
+    assert exc.value.code == 2 and "result.json" in capsys.readouterr().err
+
+
+def test_command_prints_one_row_per_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(_run_dir(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 3 and "| ledger |" in out
