@@ -94,3 +94,32 @@ def test_a_family_that_crashes_is_reported_not_raised() -> None:
 
     found = problems(Crashing())
     assert "generator bug" in found["determinism"]
+
+
+@attrs.frozen
+class TinyPromptSpace(CalcChain):
+    """Only three distinct prompts (worlds still differ): dev prompts are bound to recur in the eval."""
+
+    @staticmethod
+    def generate(rng: random.Random, d: Any, example_id: str) -> Example:
+        ex = generate_example(rng, d, example_id)
+        return ex.model_copy(update={"prompt": f"Puzzle {rng.randrange(3)}: compute the chain."})
+
+
+@attrs.frozen
+class OnePrompt(CalcChain):
+    @staticmethod
+    def generate(rng: random.Random, d: Any, example_id: str) -> Example:
+        return generate_example(rng, d, example_id).model_copy(update={"prompt": "Compute the chain."})
+
+
+def test_hidden_eval_skips_draws_that_repeat_a_dev_prompt() -> None:
+    family = TinyPromptSpace()
+    dev = {e.prompt for e in family.task_spec("fast").dev_examples}
+    evals = family.hidden_eval("fast")
+    assert len(evals) == 48 and dev and not dev & {e.prompt for e in evals}
+    assert [e.id for e in evals] == [f"calc_chain-eval-{i}" for i in range(48)]
+    assert len({e.model_dump_json() for e in evals}) == 48  # same prompt, different worlds
+    assert "disjoint splits" not in problems(family) and "eval secrecy" not in problems(family)
+    with pytest.raises(RuntimeError, match="too few eval prompts differ from the dev prompts"):
+        OnePrompt().hidden_eval("fast")

@@ -1,6 +1,6 @@
 """Uplift of finished episodes over the best untrained model, with a 95% interval, as a table.
 
-``python -m metatrain.analysis.uplift runs/<run_id> ...`` prints the markdown table that
+``python -m metatrain.analysis.uplift runs/*/result.json`` prints the markdown table that
 docs/families.md carries (one row per run directory).
 """
 
@@ -108,10 +108,10 @@ def markdown_table(rows: Sequence[UpliftRow]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="episode run directories")
+    parser.add_argument("runs", nargs="+", type=Path, help="episode run directories (or their result.json)")
     args = parser.parse_args(argv)
     try:
-        rows = [uplift_row(p) for p in args.runs]
+        rows = [uplift_row(p.parent if p.name == "result.json" else p) for p in args.runs]
     except UpliftError as exc:
         parser.exit(2, f"error: {exc}\n")
     print(markdown_table(rows), end="")

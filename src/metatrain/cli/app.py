@@ -61,6 +61,10 @@ def episode(
     compute_price_per_hour: Annotated[
         float | None, typer.Option(min=0.0, help="USD per hour of job time for the provider (local: 0)")
     ] = None,
+    train_wall_seconds: Annotated[
+        float | None,
+        typer.Option(min=1.0, help="Stop the job's training after this many seconds (fast: 900, full: 3600)"),
+    ] = None,
 ) -> None:
     """Run one episode: the agent writes a job, it is validated, trained, scored and rewarded."""
     from metatrain.baselines import StaleBaselinesError
@@ -84,6 +88,7 @@ def episode(
         budget_usd=budget_usd,
         global_budget_usd=global_budget_usd,
         compute_price_per_hour=compute_price_per_hour,
+        train_wall_seconds=train_wall_seconds,
     )
     try:
         with EpisodeDisplay(console) as display:
