@@ -74,6 +74,7 @@ def _run_dir(tmp_path: Path, post: float | None = 0.5, status: str = "succeeded"
     models = {
         "smollm2-135m": {"score": 0.1, "ci95": [0.05, 0.2], "n": 48},
         "gemma3-270m": {"score": 0.2, "ci95": [0.1, 0.35], "n": 48},
+        "qwen2.5-coder-0.5b": {"score": 0.9, "ci95": [0.8, 0.95], "n": 48},  # in the file, not allowed
     }
     (run / "manifest.json").write_text(json.dumps({"baselines": {"models": models}}))
     job = {"device": "cpu", "train_metrics": {"post_ci95": [0.3, 0.7]}}

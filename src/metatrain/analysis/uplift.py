@@ -70,8 +70,11 @@ def uplift_row(run_dir: Path) -> UpliftRow:
     summary = result.job
     if summary.post_score is None or summary.pre_score is None or result.model is None:
         raise UpliftError(f"{run_dir}: the job did not finish ({summary.status})")
+    if summary.best_pre is None:
+        raise UpliftError(f"{run_dir}: the result has no best_pre")
+    # The file may hold models the budget does not allow; best_pre is over the allowed ones.
     models = manifest["baselines"]["models"]
-    best_model = max(models, key=lambda m: models[m]["score"])
+    best_model = next(m for m in sorted(models) if models[m]["score"] == summary.best_pre)
     best = models[best_model]
     post_ci = job["train_metrics"]["post_ci95"]
     return UpliftRow(

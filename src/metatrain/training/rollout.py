@@ -60,7 +60,11 @@ def run_rollouts(
     temperature: float = 0.0,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[Rollout]:
-    """Play each conversation forward: generate, run parsed tool calls, repeat up to ``max_turns``."""
+    """Play each conversation forward: generate, run parsed tool calls, repeat up to ``max_turns``.
+
+    ``on_batch(k)`` after each generated batch: ``k`` rollouts just finished (the counts sum to
+    the number of conversations).
+    """
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -96,7 +100,7 @@ def run_rollouts(
                     next_active.append(i)
                 elif parsed.calls:
                     r.tool_calls += len(parsed.calls)
-            if on_batch is not None:
-                on_batch(len(idxs))
+            if on_batch is not None:  # rollouts of this batch that are done (no tool round follows)
+                on_batch(sum(1 for i in idxs if i not in next_active))
         active = next_active
     return rollouts
