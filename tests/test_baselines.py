@@ -38,6 +38,22 @@ def test_committed_baselines_are_current_for_every_allowed_model(calc_chain: Tas
     assert 0.0 <= best_pre(frozen, spec.bounds.models) <= 1.0
 
 
+BUILT_IN = ("calc_chain", "multi_hop", "string_pipeline", "ledger", "dispatch", "triage")
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_committed_baselines_file_matches_its_family(name: str) -> None:
+    """A version bump or generator change without a re-seed fails here, not in a user's episode."""
+    from metatrain.plugins import load_plugins
+
+    family = load_plugins().task_family(name)
+    if not family.baselines_path().exists():
+        pytest.skip(f"no baselines committed for {name} yet")
+    frozen = load_baselines(family, "fast")
+    assert frozen.n == family.task_spec("fast").eval_n
+    assert all(e.n == frozen.n and e.ci95[0] <= e.score <= e.ci95[1] for e in frozen.models.values())
+
+
 def test_stale_and_missing_baselines_are_refused(tmp_path: Path) -> None:
     fam = RelocatedCalcChain(path=tmp_path / "b.json")
     with pytest.raises(StaleBaselinesError, match="no baselines file"):
