@@ -37,7 +37,7 @@ pytestmark = pytest.mark.e2e
 KEY = "slow-fleet-test-api-key-0123456789"
 SECRET = "eval-secret-of-the-slow-fleet-test-5c1e"
 JOB_ID, RUN_ID = "slow-fleet-job", "slow-fleet-run"
-TINY = (  # one GRPO step of 1 prompt x 2 rollouts x 24 tokens (reference job: 2 x 2 x 2 x 96)
+TINY = (  # one GRPO step of 1 prompt x 2 rollouts x 24 tokens (the reference job: 2 x 2 x 4 x 96)
     ("max_steps = 2", "max_steps = 1"),
     ("batch_size = 2", "batch_size = 1"),
     ("rollouts_per_example = 4", "rollouts_per_example = 2"),

@@ -43,7 +43,7 @@ def test_malformed_job_files(job_text: str) -> None:
     with pytest.raises(ValidationError, match="learning_rate"):
         parse_job_toml(job_text.replace("lr = 5e-5", "learning_rate = 5e-5"))
     with pytest.raises(ValidationError, match="rollouts_per_example"):
-        parse_job_toml(job_text.replace("rollouts_per_example = 2", "rollouts_per_example = 1"))
+        parse_job_toml(job_text.replace("rollouts_per_example = 4", "rollouts_per_example = 1"))
     with pytest.raises(ValidationError, match="optimizer"):
         parse_job_toml(job_text.replace('optimizer = "adamw"', 'optimizer = "lion"'))
 
@@ -69,7 +69,7 @@ def test_out_of_bounds_job_files(spec: TaskSpec, job_text: str) -> None:
 
 def test_trl_mapping(job_text: str) -> None:
     kw = trl_config_kwargs(parse_job_toml(job_text).train, output_dir="o", device="cpu", max_turns=4)
-    assert kw["num_generations"] == 2 and kw["per_device_train_batch_size"] == 4  # 2 prompts x 2
+    assert kw["num_generations"] == 4 and kw["per_device_train_batch_size"] == 8
     assert kw["max_tool_calling_iterations"] == 3 and kw["use_cpu"] and not kw["bf16"]
     assert kw["optim"] == "adamw_torch" and kw["loss_type"] == "grpo"
 

@@ -115,7 +115,7 @@ def reference_job_values(budget: str, full_max_tokens: int) -> dict[str, object]
         "model": "smollm2-135m" if fast else "qwen2.5-coder-0.5b",
         "num_examples": 64 if fast else 2000,
         "max_steps": 2 if fast else 40,
-        "rollouts": 2 if fast else 8,
+        "rollouts": 4 if fast else 8,
         "batch_size": 2 if fast else 8,
         "max_tokens": 96 if fast else full_max_tokens,
         "lr": "5e-5",
