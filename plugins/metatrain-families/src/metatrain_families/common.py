@@ -181,10 +181,15 @@ class GeneratedFamily(Generic[D]):
         knobs: D = self.difficulty[budget]
         return knobs
 
-    def task_spec(self, budget: str) -> TaskSpec:
+    def dev_examples(self, budget: str) -> list[Example]:
+        """The public dev examples, drawn from ``name|version|dev``."""
         d = self.knobs(budget)
         rng = random.Random(f"{self.name}|{self.version}|dev")
-        dev = [self.generate(rng, d, f"{self.name}-dev-{i}") for i in range(N_DEV)]
+        return [self.generate(rng, d, f"{self.name}-dev-{i}") for i in range(N_DEV)]
+
+    def task_spec(self, budget: str) -> TaskSpec:
+        d = self.knobs(budget)
+        dev = self.dev_examples(budget)
         return TaskSpec(
             family=self.name,
             version=self.version,
@@ -217,7 +222,7 @@ class GeneratedFamily(Generic[D]):
         when its world differs; small prompt spaces (names x relations) make such draws likely.
         """
         d = self.knobs(budget)
-        public = {e.prompt for e in self.task_spec(budget).dev_examples}
+        public = {e.prompt for e in self.dev_examples(budget)}
         rng = random.Random(eval_seed(self.name, self.version, budget))
         out: list[Example] = []
         for _ in range(MAX_DRAWS_PER_EXAMPLE * self.eval_n[budget]):
