@@ -77,3 +77,26 @@ def test_a_different_secret_makes_baselines_stale(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("METATRAIN_EVAL_SECRET", "another-secret")
     with pytest.raises(StaleBaselinesError, match="another hidden eval"):
         load_baselines(fam, "fast")
+
+
+def _write_one(path: Path, model: str, score: float) -> None:
+    fam = RelocatedCalcChain(path=path)
+    write_entry(path, fam, "fast", model, entry(score), eval_hash(fam.hidden_eval("fast")), "test")
+
+
+def test_parallel_seeding_runs_keep_every_model(tmp_path: Path) -> None:
+    """One seeding process per model, all writing the same file at once: no entry is lost."""
+    import multiprocessing
+
+    path = tmp_path / "b.json"
+    models = [f"model-{i}" for i in range(6)]
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_write_one, args=(path, m, i / 10)) for i, m in enumerate(models)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+    assert [proc.exitcode for proc in procs] == [0] * len(models)
+    got = load_baselines(RelocatedCalcChain(path=path), "fast", models)
+    assert {m: got.models[m].score for m in models} == {m: i / 10 for i, m in enumerate(models)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]

@@ -106,3 +106,27 @@ def test_run_job_reports_the_last_step_written_just_before_training_ends(
     result = runner_module.run_job(bundle, tmp_path / "result", progress=progress)
     assert result.status == "succeeded" and result.train_steps == 2
     assert steps == [1, 2]
+
+
+def test_graceful_stop_leaves_time_to_save_under_the_hard_wall() -> None:
+    assert runner_module.graceful_stop_seconds(900.0) == 810.0
+    assert runner_module.graceful_stop_seconds(600.0) == 540.0
+    assert runner_module.graceful_stop_seconds(100.0) == 70.0
+    assert runner_module.graceful_stop_seconds(3600.0) == 3480.0
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "steps", "train_elapsed", "stop_after", "expected"),
+    [
+        (100.0, 1, 90.0, 540.0, False),  # next step ends near 190 s
+        (460.0, 5, 450.0, 540.0, True),  # next step (90 s) would end at 550 s
+        (449.0, 5, 450.0, 540.0, False),  # ... at 539 s: still fits
+        (600.0, 0, 0.0, 540.0, True),  # past the deadline before any step
+    ],
+)
+def test_training_stops_when_the_next_step_would_overrun(
+    elapsed: float, steps: int, train_elapsed: float, stop_after: float, expected: bool
+) -> None:
+    from metatrain.training.trl_backend import out_of_time
+
+    assert out_of_time(elapsed, steps, train_elapsed, stop_after) is expected

@@ -29,13 +29,18 @@ def smollm2() -> Path:
 
 
 def train_tiny(
-    model: Path, workspace: Path, spec: TaskSpec, tmp_path: Path
+    model: Path,
+    workspace: Path,
+    spec: TaskSpec,
+    tmp_path: Path,
+    max_steps: int = 1,
+    stop_after_seconds: float | None = None,
 ) -> tuple[dict[str, object], Path]:
-    """One GRPO step (1 prompt x 2 rollouts x 24 tokens) in the training sandbox."""
+    """GRPO steps of 1 prompt x 2 rollouts x 24 tokens in the training sandbox."""
     job_file = workspace / "job.toml"
     text = job_file.read_text()
     for old, new in (
-        ("max_steps = 2", "max_steps = 1"),
+        ("max_steps = 2", f"max_steps = {max_steps}"),
         ("batch_size = 2", "batch_size = 1"),
         ("rollouts_per_example = 4", "rollouts_per_example = 2"),
         ("max_tokens = 96", "max_tokens = 24"),
@@ -49,7 +54,13 @@ def train_tiny(
         res = run_sandboxed(
             training_policy(bundle, model, out, Path(scratch), wall_seconds=600, gpu=False),
             "metatrain.training.trl_backend:train_job",
-            {"bundle_dir": str(bundle), "out_dir": str(out), "model_dir": str(model), "device": "cpu"},
+            {
+                "bundle_dir": str(bundle),
+                "out_dir": str(out),
+                "model_dir": str(model),
+                "device": "cpu",
+                "stop_after_seconds": stop_after_seconds,
+            },
         )
     assert res.ok, res.error
     return res.value, out
@@ -59,13 +70,24 @@ def test_tiny_trl_grpo_run_on_cpu(
     smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
 ) -> None:
     summary, out = train_tiny(smollm2, reference_workspace, fast_spec, tmp_path)
-    assert summary["steps"] == 1
+    assert summary["steps"] == 1 and summary["stopped_at_deadline"] is False
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[0]["step"] == 1 and "reward" in rows[0]
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
+
+
+def test_training_stops_at_its_deadline_and_still_saves(
+    smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
+) -> None:
+    """A job asking for 3 steps under a 1 s deadline ends after its first step, with a saved model."""
+    summary, out = train_tiny(
+        smollm2, reference_workspace, fast_spec, tmp_path, max_steps=3, stop_after_seconds=1.0
+    )
+    assert summary["steps"] == 1 and summary["stopped_at_deadline"] is True
+    assert (out / "model" / "model.safetensors").exists()
 
 
 def test_hidden_eval_scores_the_base_model(smollm2: Path, calc_chain: TaskFamily) -> None:

@@ -6,8 +6,10 @@ error (``StaleBaselinesError``), never a silent fallback.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -93,7 +95,28 @@ def write_entry(
     eval_hash_: str,
     command: str,
 ) -> BaselinesFile:
-    """Insert or replace one model's baseline, atomically rewriting the file."""
+    """Insert or replace one model's baseline, atomically rewriting the file.
+
+    Holds an exclusive lock on the file's folder, so seeding runs for several models in parallel
+    (one ``--models`` each) do not lose each other's entries.
+    """
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _write_entry(path, family, budget, model, result, eval_hash_, command)
+    finally:
+        os.close(fd)
+
+
+def _write_entry(
+    path: Path,
+    family: TaskFamily,
+    budget: str,
+    model: str,
+    result: BaselineEntry,
+    eval_hash_: str,
+    command: str,
+) -> BaselinesFile:
     data = read_file(path)
     if data is None or data.version != family.version:
         data = BaselinesFile(
@@ -109,7 +132,7 @@ def write_entry(
     data.budgets[budget] = budget_entry
     data.command = command
     data.created_at = datetime.now().astimezone()
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(data.model_dump_json(indent=2) + "\n")
     tmp.replace(path)
     return data

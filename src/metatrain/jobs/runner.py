@@ -29,6 +29,14 @@ from metatrain.sandbox.linux import die_with_parent
 from metatrain.specs import JobResult, PhaseTiming
 
 TRAIN_WALL_SECONDS = {"fast": 900.0, "full": 3600.0}
+
+
+def graceful_stop_seconds(wall: float) -> float:
+    """When training should stop by itself under a ``wall``-second hard limit: early enough to merge
+    and save the model (10% of the wall, between 30 and 120 s)."""
+    return wall - min(120.0, max(30.0, 0.1 * wall))
+
+
 Backend = Literal["trl", "prime-rl"]
 EVAL_MODULES: dict[str, str] = {
     "trl": "metatrain.training.evaluation",  # transformers generate
@@ -222,6 +230,7 @@ def run_job(
                     "out_dir": str(train_dir),
                     "model_dir": str(model_dir),
                     "device": device,
+                    "stop_after_seconds": graceful_stop_seconds(wall),
                 },
             )
     stop.set()
@@ -274,6 +283,7 @@ def run_job(
             "first_reward": rewards[0] if rewards else None,
             "last_reward": rewards[-1] if rewards else None,
             "dataset_size": summary.get("dataset_size"),
+            "stopped_at_deadline": bool(summary.get("stopped_at_deadline", False)),
             "pre_ci95": pre["ci95"],
             "post_ci95": post["ci95"],
             "pre_tool_calls_per_rollout": pre["tool_calls_per_rollout"],

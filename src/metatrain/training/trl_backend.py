@@ -82,7 +82,14 @@ class _MetricsWriter:
             fh.write(json.dumps(row) + "\n")
 
 
-def _callback(writer: _MetricsWriter) -> Any:
+def out_of_time(elapsed: float, steps_done: int, train_elapsed: float, stop_after: float) -> bool:
+    """Whether another step, at the mean step time so far, would end past ``stop_after`` seconds."""
+    if steps_done <= 0:
+        return elapsed >= stop_after
+    return elapsed + train_elapsed / steps_done > stop_after
+
+
+def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> list[Any]:
     from transformers import TrainerCallback
 
     class MetricsCallback(TrainerCallback):  # type: ignore[misc]
@@ -90,13 +97,40 @@ def _callback(writer: _MetricsWriter) -> Any:
             if (logs and "loss" in logs) or (logs and any(k.startswith("reward") for k in logs)):
                 writer.write(int(state.global_step), dict(logs))
 
-    return MetricsCallback()
+    class DeadlineCallback(TrainerCallback):  # type: ignore[misc]
+        """Ends training after a step when the next one would not finish before the deadline."""
+
+        stopped = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.train_t0 = time.monotonic()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            now = time.monotonic()
+            assert stop_after is not None
+            if out_of_time(now - t0, int(state.global_step), now - self.train_t0, stop_after):
+                control.should_training_stop = True
+                self.stopped = True
+
+    callbacks: list[Any] = [MetricsCallback()]
+    if stop_after is not None:
+        callbacks.append(DeadlineCallback())
+    return callbacks
 
 
 def train_job(
-    bundle_dir: str, out_dir: str, model_dir: str, device: str = "cpu", seed: int = 0
+    bundle_dir: str,
+    out_dir: str,
+    model_dir: str,
+    device: str = "cpu",
+    seed: int = 0,
+    stop_after_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Run GRPO for one bundle; saves merged safetensors weights to ``out_dir/model``."""
+    """Run GRPO for one bundle; saves merged safetensors weights to ``out_dir/model``.
+
+    With ``stop_after_seconds``, training ends early (and still saves) once the next step would
+    end past that many seconds from the start of this call.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -126,6 +160,7 @@ def train_job(
     )
     kwargs["reward_weights"] = [w for _, w in funcs]
     writer = _MetricsWriter(out / "metrics.jsonl", table.max_steps)
+    callbacks = _callbacks(writer, t0, stop_after_seconds)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[_trl_reward(f, parser) for f, _ in funcs],
@@ -135,7 +170,7 @@ def train_job(
         peft_config=lora_config(table),
         tools=[] if stateful else list(env.tools),
         environment_factory=rollout_environment_factory(env) if stateful else None,
-        callbacks=[_callback(writer)],
+        callbacks=callbacks,
     )
     t_train = time.monotonic()
     trainer.train()
@@ -151,6 +186,7 @@ def train_job(
         "train_seconds": train_seconds,
         "setup_seconds": t_train - t0,
         "steps": int(trainer.state.global_step),
+        "stopped_at_deadline": any(getattr(c, "stopped", False) for c in callbacks),
         "dataset_size": len(dataset),
         "history": history,
     }
