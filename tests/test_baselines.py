@@ -41,17 +41,19 @@ def test_committed_baselines_are_current_for_every_allowed_model(calc_chain: Tas
 BUILT_IN = ("calc_chain", "multi_hop", "string_pipeline", "ledger", "dispatch", "triage")
 
 
+@pytest.mark.parametrize("budget", ["fast", "full"])
 @pytest.mark.parametrize("name", BUILT_IN)
-def test_every_committed_baselines_file_matches_its_family(name: str) -> None:
+def test_every_committed_baselines_file_matches_its_family(name: str, budget: str) -> None:
     """A version bump or generator change without a re-seed fails here, not in a user's episode."""
     from metatrain.plugins import load_plugins
 
     family = load_plugins().task_family(name)
-    if not family.baselines_path().exists():
-        pytest.skip(f"no baselines committed for {name} yet")
-    frozen = load_baselines(family, "fast")
-    assert frozen.n == family.task_spec("fast").eval_n
+    spec = family.task_spec(budget)
+    frozen = load_baselines(family, budget, spec.bounds.models)
+    assert frozen.n == spec.eval_n
     assert all(e.n == frozen.n and e.ci95[0] <= e.score <= e.ci95[1] for e in frozen.models.values())
+    if budget == "full":
+        assert all(frozen.models[m].device.startswith("cuda") for m in spec.bounds.models)
 
 
 def test_stale_and_missing_baselines_are_refused(tmp_path: Path) -> None:
