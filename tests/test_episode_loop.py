@@ -117,3 +117,74 @@ def test_agent_tool_errors_are_returned_not_raised(tmp_path: Path) -> None:
     manifest = json.loads((Path(result.run_dir) / "manifest.json").read_text())
     assert manifest["family"]["name"] == "calc_chain" and manifest["versions"]["trl"] == "1.16.0"
     assert (Path(result.run_dir) / "workspace" / "TASK.md").exists()
+
+
+def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() -> None:
+    from rich.console import Console
+
+    from metatrain.cli.display import summary_table
+    from metatrain.episode.loop import _job_summary
+    from metatrain.specs import JobResult
+    from metatrain.specs.episode import EpisodeResult, ValidationSummary
+
+    failed = JobResult(
+        job_id="j",
+        status="failed",
+        model="qwen2.5-coder-0.5b",
+        device="cuda",
+        pre_score=0.15,
+        error="training failed: OutOfMemoryError: CUDA out of memory.\nTraceback ...",
+    )
+    summary = _job_summary(failed, 0.15)
+    assert summary.error is not None and summary.error.startswith("training failed: OutOfMemoryError")
+    stopped = JobResult(
+        job_id="k",
+        status="succeeded",
+        model="m",
+        device="cuda",
+        post_score=0.2,
+        train_steps=14,
+        train_metrics={"stopped_at_deadline": True},
+    )
+    assert _job_summary(stopped, 0.1).stopped_at_deadline is True
+
+    from metatrain.protocols import RewardInputs
+    from metatrain.specs.episode import CostSummary
+    from metatrain_reward import DefaultReward
+
+    reward = DefaultReward().compute(
+        RewardInputs(
+            any_parseable=True,
+            attempts=1,
+            valid=True,
+            job_status="failed",
+            post=None,
+            best_pre=0.15,
+            train_seconds=10.0,
+            budget="full",
+        )
+    )
+    for job, expected in (
+        (summary, "failed: training failed: OutOfMemoryError: CUDA out of memory."),
+        (_job_summary(stopped, 0.1), "14 steps, stopped before the wall"),
+    ):
+        result = EpisodeResult(
+            run_id="r",
+            family="calc_chain",
+            family_version="1.0.0",
+            budget="full",
+            agent="reference",
+            provider="local",
+            model="qwen2.5-coder-0.5b",
+            validation=ValidationSummary(attempts=1, valid=True, errors=[]),
+            job=job,
+            reward=reward,
+            cost=CostSummary(),
+            turns=6,
+            wall_seconds=1.0,
+            run_dir="runs/r",
+        )
+        console = Console(width=200, record=True)
+        console.print(summary_table(result))
+        text = console.export_text()
+        assert expected in text and "Traceback" not in text

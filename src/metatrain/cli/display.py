@@ -82,6 +82,11 @@ class EpisodeDisplay:
             self.progress.update(task, completed=data.get("step", 0), info=info)
 
 
+def _first_line(text: str, limit: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def summary_table(result: EpisodeResult) -> Table:
     """The end-of-episode summary."""
     r, j = result.reward, result.job
@@ -103,11 +108,15 @@ def summary_table(result: EpisodeResult) -> Table:
             f"{result.validation.attempts} ({'valid' if result.validation.valid else 'never valid'})",
         ),
         ("base model", result.model or "—"),
-        ("job status", j.status),
+        ("job status", j.status if not j.error else f"{j.status}: {_first_line(j.error)}"),
         ("pre / post score", f"{fmt(j.pre_score)} / {fmt(j.post_score)}  (hidden eval n={j.eval_n})"),
         ("best_pre", fmt(j.best_pre)),
         ("uplift", fmt(j.uplift)),
-        ("train wall time", f"{j.train_seconds:.1f} s ({j.train_steps} steps)"),
+        (
+            "train wall time",
+            f"{j.train_seconds:.1f} s ({j.train_steps} steps"
+            + (", stopped before the wall)" if j.stopped_at_deadline else ")"),
+        ),
         ("agent tokens in / out", f"{result.cost.tokens_in} / {result.cost.tokens_out}"),
         ("agent USD", f"${result.cost.usd:.4f}"),
         ("episode wall time", f"{result.wall_seconds:.1f} s"),

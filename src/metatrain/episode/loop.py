@@ -340,6 +340,8 @@ def _job_summary(job: JobResult | None, best: float) -> JobSummary:
         train_seconds=job.train_seconds,
         eval_n=job.eval_n,
         train_steps=job.train_steps,
+        stopped_at_deadline=bool(job.train_metrics.get("stopped_at_deadline", False)),
+        error=job.error,
     )
 
 

@@ -34,6 +34,8 @@ class JobSummary(BaseModel):
     train_seconds: float = 0.0
     eval_n: int = 0
     train_steps: int = 0
+    stopped_at_deadline: bool = False
+    error: str | None = None
 
 
 class CostSummary(BaseModel):
