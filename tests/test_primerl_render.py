@@ -290,7 +290,8 @@ def test_trl_and_primerl_values_agree(table: TrainingTable) -> None:
     assert {k: trl[k] for k in trl_values(table)} == trl_values(table)
     p = primerl_values(table)
     assert trl["num_generations"] == p["orchestrator.group_size"]
-    assert trl["per_device_train_batch_size"] == p["orchestrator.batch_size"] == 12
+    assert trl["per_device_train_batch_size"] * trl["gradient_accumulation_steps"] == 12
+    assert p["orchestrator.batch_size"] == 12 and trl["per_device_train_batch_size"] == trl["num_generations"]
     assert trl["max_completion_length"] == p["orchestrator.train.sampling.max_completion_tokens"]
     assert p["orchestrator.train.env[0].max_total_completion_tokens"] == 700 and p["seq_len"] == 2560
     assert trl["temperature"] == p["orchestrator.train.sampling.temperature"]

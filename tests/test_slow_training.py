@@ -35,13 +35,14 @@ def train_tiny(
     tmp_path: Path,
     max_steps: int = 1,
     stop_after_seconds: float | None = None,
+    batch_size: int = 1,
 ) -> tuple[dict[str, object], Path]:
     """GRPO steps of 1 prompt x 2 rollouts x 24 tokens in the training sandbox."""
     job_file = workspace / "job.toml"
     text = job_file.read_text()
     for old, new in (
         ("max_steps = 2", f"max_steps = {max_steps}"),
-        ("batch_size = 2", "batch_size = 1"),
+        ("batch_size = 2", f"batch_size = {batch_size}"),
         ("rollouts_per_example = 4", "rollouts_per_example = 2"),
         ("max_tokens = 96", "max_tokens = 24"),
     ):
@@ -82,9 +83,17 @@ def test_tiny_trl_grpo_run_on_cpu(
 def test_training_stops_at_its_deadline_and_still_saves(
     smollm2: Path, reference_workspace: Path, fast_spec: TaskSpec, tmp_path: Path
 ) -> None:
-    """A job asking for 3 steps under a 1 s deadline ends after its first step, with a saved model."""
+    """A job asking for 3 steps under a 1 s deadline ends after its first step, with a saved model.
+
+    Two prompts per step: the step is two accumulated micro-batches (one prompt's rollouts each)."""
     summary, out = train_tiny(
-        smollm2, reference_workspace, fast_spec, tmp_path, max_steps=3, stop_after_seconds=1.0
+        smollm2,
+        reference_workspace,
+        fast_spec,
+        tmp_path,
+        max_steps=3,
+        stop_after_seconds=1.0,
+        batch_size=2,
     )
     assert summary["steps"] == 1 and summary["stopped_at_deadline"] is True
     assert (out / "model" / "model.safetensors").exists()

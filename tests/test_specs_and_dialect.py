@@ -69,7 +69,8 @@ def test_out_of_bounds_job_files(spec: TaskSpec, job_text: str) -> None:
 
 def test_trl_mapping(job_text: str) -> None:
     kw = trl_config_kwargs(parse_job_toml(job_text).train, output_dir="o", device="cpu", max_turns=4)
-    assert kw["num_generations"] == 4 and kw["per_device_train_batch_size"] == 8
+    assert kw["num_generations"] == 4 and kw["per_device_train_batch_size"] == 4
+    assert kw["gradient_accumulation_steps"] == 2  # 2 prompts x 4 rollouts per optimizer step
     assert kw["max_tool_calling_iterations"] == 3 and kw["use_cpu"] and not kw["bf16"]
     assert kw["optim"] == "adamw_torch" and kw["loss_type"] == "grpo"
 

@@ -11,7 +11,8 @@ from it; ``docs/prime-rl.md`` prints it. Values each backend fixes regardless of
 | model                | (prepared model directory)          | ``model.name`` (the resolved model ref)       |
 | max_steps            | ``max_steps``                       | ``max_steps``                                 |
 | rollouts_per_example | ``num_generations``                 | ``orchestrator.group_size``                   |
-| batch_size (prompts) | ``per_device_train_batch_size``     | ``orchestrator.batch_size`` (both x rollouts) |
+| batch_size (prompts) | ``gradient_accumulation_steps``     | ``orchestrator.batch_size`` (x rollouts)      |
+|                      | (micro-batch: one prompt's group)   |                                               |
 | max_tokens           | ``max_completion_length``           | ``max_completion_tokens``, ``seq_len``       |
 | temperature          | ``temperature``                     | ``orchestrator.train.sampling.temperature``   |
 | lr                   | ``learning_rate``                   | ``trainer.optim.lr`` (+ orchestrator's)       |
@@ -127,11 +128,15 @@ MAPPING: tuple[KeyMapping, ...] = (
     ),
     KeyMapping(
         "batch_size",
-        ("per_device_train_batch_size",),
+        ("per_device_train_batch_size", "gradient_accumulation_steps"),
         ("orchestrator.batch_size",),
-        lambda t: {"per_device_train_batch_size": t.batch_size * t.rollouts_per_example},
+        lambda t: {
+            "per_device_train_batch_size": t.rollouts_per_example,
+            "gradient_accumulation_steps": t.batch_size,
+        },
         lambda t: {"orchestrator.batch_size": t.batch_size * t.rollouts_per_example},
-        "the table counts prompts per step; both backends count rollouts (prompts x rollouts)",
+        "the table counts prompts per step; a step takes prompts x rollouts rollouts in both backends "
+        "(TRL: one prompt's group per micro-batch, batch_size micro-batches per optimizer step)",
     ),
     KeyMapping(
         "max_tokens",
@@ -282,7 +287,6 @@ def trl_config_kwargs(
     return {
         "output_dir": output_dir,
         **trl_values(table),
-        "gradient_accumulation_steps": 1,
         "max_tool_calling_iterations": max(0, max_turns - 1),
         "beta": 0.0,
         "use_cpu": on_cpu,
