@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -123,3 +124,30 @@ def test_hidden_eval_skips_draws_that_repeat_a_dev_prompt() -> None:
     assert "disjoint splits" not in problems(family) and "eval secrecy" not in problems(family)
     with pytest.raises(RuntimeError, match="too few eval prompts differ from the dev prompts"):
         OnePrompt().hidden_eval("fast")
+
+
+PARTIAL_CREDIT = {
+    "calc_chain": "intermediate_progress",
+    "multi_hop": "hop_progress",
+    "string_pipeline": "intermediate_progress",
+    "ledger": "correct_steps",
+    "dispatch": "lookup_progress",
+    "triage": "culprit_seen",
+}
+
+
+@pytest.mark.parametrize(("name", "func"), sorted(PARTIAL_CREDIT.items()))
+def test_reference_partial_credit_is_halved_without_an_answer(name: str, func: str, tmp_path: Path) -> None:
+    """A rollout that never answers earns half the partial credit of the same work answered
+    (an H200 run of calc_chain's job converged on tool calls without answers when it earned it in full)."""
+    from family_helpers import load_env_module, write_reference_job
+
+    from metatrain.plugins import load_plugins
+
+    module = load_env_module(write_reference_job(load_plugins().task_family(name), "full", tmp_path), name)
+    full = 0.8
+    setattr(module, f"_{func}", lambda completion, info: full)
+    answered = [{"role": "assistant", "content": "<answer>x</answer>"}]
+    silent = [{"role": "assistant", "content": "still working"}]
+    assert getattr(module, func)(answered, {}) == full
+    assert getattr(module, func)(silent, {}) == full / 2

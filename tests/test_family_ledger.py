@@ -221,6 +221,7 @@ def test_reference_env_rollout_state_and_rubric(tmp_path: Path) -> None:
         fresh = asyncio.run(env.env_response([probe_call], other))
         assert fresh[0].content == str(info["world"]["accounts"][0]["balance"])
         assert info == ex.info
+        assert module.correct_steps(completion, info) == 0.5  # all steps right, never answered
         completion.append(vf.AssistantMessage(content=f"<answer>{ex.answer}</answer>"))
         assert module.correct_answer(completion, ex.answer) == 1.0
         assert module.correct_steps(completion, info) == 1.0
