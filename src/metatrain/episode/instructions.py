@@ -45,6 +45,17 @@ alpha = 16
 """
 
 
+def _final_turn(spec: TaskSpec) -> str:
+    if not spec.eval.final_answer_turn:
+        return ""
+    from metatrain.training.rollout import FINAL_ANSWER_PROMPT
+
+    return (
+        " When the last turn comes right after a tool round, it is played without tools, after the user"
+        f' message "{FINAL_ANSWER_PROMPT}"'
+    )
+
+
 def task_markdown(spec: TaskSpec) -> str:
     """The TASK.md the agent finds in its workspace."""
     tools = json.dumps([t.model_dump() for t in spec.eval.tools], indent=2)
@@ -57,8 +68,8 @@ def task_markdown(spec: TaskSpec) -> str:
 ## Hidden evaluation
 {spec.eval_n} examples like the dev examples below, generated from a secret seed. Each is played as a
 multi-turn tool conversation: system prompt, user prompt, then up to {spec.eval.max_turns} assistant
-turns of at most {spec.eval.max_tokens} tokens, tools executed between turns. The final assistant text
-is scored. Answer format: {spec.eval.answer_format}
+turns of at most {spec.eval.max_tokens} tokens, tools executed between turns.{_final_turn(spec)} The final
+assistant text is scored. Answer format: {spec.eval.answer_format}
 
 System prompt used by the eval:
 

@@ -57,6 +57,13 @@ class EvalInterface(BaseModel):
     answer_format: str = Field(description="How the final answer must be written, e.g. <answer>N</answer>")
     max_turns: int = Field(ge=1, description="Assistant turns per eval rollout (tool rounds + final answer)")
     max_tokens: int = Field(ge=8, description="Completion tokens per assistant turn at eval time")
+    final_answer_turn: bool = Field(
+        False,
+        description=(
+            "When the last turn follows a tool round, it is played without tools, after a user message "
+            "asking for the final answer (metatrain.training.rollout.FINAL_ANSWER_PROMPT)"
+        ),
+    )
 
 
 class Bounds(BaseModel):

@@ -120,6 +120,7 @@ def evaluate(
         max_tokens=spec.eval.max_tokens,
         batch_size=batch_size,
         on_batch=on_progress,
+        final_answer_turn=spec.eval.final_answer_turn,
     )
     return score_rollouts(family, examples, rollouts, t0)
 

@@ -740,23 +740,27 @@ def chat_rollout(
     *,
     max_turns: int,
     max_tokens: int,
+    final_answer_turn: bool = False,
 ) -> Any:
     """Play one conversation through an OpenAI-compatible chat API with greedy decoding.
 
     Tool calls the server parsed are used as given; when it parsed none, the reply text goes
     through the project dialect's lenient parser (bare or fenced JSON), as on the transformers path.
     """
-    from metatrain.training.rollout import Rollout
+    from metatrain.training.rollout import FINAL_ANSWER_PROMPT, Rollout, needs_final_answer_prompt
 
     r = Rollout(messages=[dict(m) for m in conversation])
     for turn in range(max_turns):
+        final = needs_final_answer_prompt(final_answer_turn, turn, max_turns, r.messages)
+        if final:
+            r.messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+        tool_args: dict[str, Any] = {} if final else {"tools": tool_schemas, "tool_choice": "auto"}
         resp = client.chat.completions.create(
             model=model,
             messages=r.messages,
-            tools=tool_schemas,
-            tool_choice="auto",
             temperature=0.0,
             max_tokens=max_tokens,
+            **tool_args,
         )
         message = resp.choices[0].message
         calls, malformed = _api_calls(message.tool_calls)
@@ -823,6 +827,7 @@ def evaluate_with_vllm(
                 schemas,
                 max_turns=spec.eval.max_turns,
                 max_tokens=spec.eval.max_tokens,
+                final_answer_turn=spec.eval.final_answer_turn,
             )
             if on_progress is not None:
                 on_progress(1)

@@ -11,6 +11,17 @@ from metatrain.training.dialect import call_tool, parse_assistant
 
 ToolMap = dict[str, Callable[..., Any]]
 
+FINAL_ANSWER_PROMPT = "No tool calls are left. Reply now with your final answer in the required format."
+"""The user message before a final-answer turn (``EvalInterface.final_answer_turn``)."""
+
+
+def needs_final_answer_prompt(
+    final_answer_turn: bool, turn: int, max_turns: int, messages: list[Any]
+) -> bool:
+    """Whether this turn is a final-answer turn: the last one, right after a tool round."""
+    last = messages[-1] if messages else {}
+    return final_answer_turn and turn == max_turns - 1 and turn > 0 and last.get("role") == "tool"
+
 
 @attrs.define
 class Rollout:
@@ -59,8 +70,12 @@ def run_rollouts(
     batch_size: int = 32,
     temperature: float = 0.0,
     on_batch: Callable[[int], None] | None = None,
+    final_answer_turn: bool = False,
 ) -> list[Rollout]:
     """Play each conversation forward: generate, run parsed tool calls, repeat up to ``max_turns``.
+
+    With ``final_answer_turn``, a last turn that follows a tool round is generated without tools,
+    after a ``FINAL_ANSWER_PROMPT`` user message.
 
     ``on_batch(k)`` after each generated batch: ``k`` rollouts just finished (the counts sum to
     the number of conversations).
@@ -76,12 +91,20 @@ def run_rollouts(
         next_active: list[int] = []
         for start in range(0, len(active), batch_size):
             idxs = active[start : start + batch_size]
-            prompts = [
-                tokenizer.apply_chat_template(
-                    rollouts[i].messages, tools=tool_schemas, add_generation_prompt=True, tokenize=False
+            prompts = []
+            for i in idxs:
+                messages = rollouts[i].messages
+                final = needs_final_answer_prompt(final_answer_turn, turn, max_turns, messages)
+                if final:
+                    messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+                prompts.append(
+                    tokenizer.apply_chat_template(
+                        messages,
+                        tools=None if final else tool_schemas,
+                        add_generation_prompt=True,
+                        tokenize=False,
+                    )
                 )
-                for i in idxs
-            ]
             texts, lengths = _generate_batch(model, tokenizer, prompts, max_tokens, temperature)
             for i, text, n_tok in zip(idxs, texts, lengths, strict=True):
                 r = rollouts[i]

@@ -148,6 +148,8 @@ class GeneratedFamily(Generic[D]):
     """The package holding ``reference_env.py.tmpl`` and ``reference_job.toml.tmpl``."""
     reference_max_tokens: ClassVar[int] = 256
     """``max_tokens`` of the ``full`` reference job."""
+    final_answer_turn: ClassVar[bool] = False
+    """Whether the eval's last turn after a tool round is a tool-free answer turn (a version bump)."""
     models: ClassVar[Sequence[str]] = MODELS
     fast_models: ClassVar[Sequence[str]] = FAST_MODELS
     eval_n: ClassVar[Mapping[str, int]] = EVAL_N
@@ -202,6 +204,7 @@ class GeneratedFamily(Generic[D]):
                 answer_format=self.answer_format,
                 max_turns=self.max_turns(d),
                 max_tokens=self.max_tokens,
+                final_answer_turn=self.final_answer_turn,
             ),
             bounds=standard_bounds(
                 budget, self.fast_models if budget == "fast" else self.models, self.turn_cap(d)
