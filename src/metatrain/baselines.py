@@ -6,10 +6,12 @@ error (``StaleBaselinesError``), never a silent fallback.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -86,6 +88,17 @@ def best_pre(entry: BudgetBaselines, models: list[str]) -> float:
     return max(entry.models[m].score for m in models)
 
 
+@contextlib.contextmanager
+def _folder_locked(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` for the block."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_entry(
     path: Path,
     family: TaskFamily,
@@ -100,39 +113,23 @@ def write_entry(
     Holds an exclusive lock on the file's folder, so seeding runs for several models in parallel
     (one ``--models`` each) do not lose each other's entries.
     """
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return _write_entry(path, family, budget, model, result, eval_hash_, command)
-    finally:
-        os.close(fd)
-
-
-def _write_entry(
-    path: Path,
-    family: TaskFamily,
-    budget: str,
-    model: str,
-    result: BaselineEntry,
-    eval_hash_: str,
-    command: str,
-) -> BaselinesFile:
-    data = read_file(path)
-    if data is None or data.version != family.version:
-        data = BaselinesFile(
-            family=family.name,
-            version=family.version,
-            command=command,
-            created_at=datetime.now().astimezone(),
-        )
-    budget_entry = data.budgets.get(budget)
-    if budget_entry is None or budget_entry.eval_hash != eval_hash_:
-        budget_entry = BudgetBaselines(eval_hash=eval_hash_, n=result.n)
-    budget_entry.models[model] = result
-    data.budgets[budget] = budget_entry
-    data.command = command
-    data.created_at = datetime.now().astimezone()
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(data.model_dump_json(indent=2) + "\n")
-    tmp.replace(path)
-    return data
+    with _folder_locked(path.parent):
+        data = read_file(path)
+        if data is None or data.version != family.version:
+            data = BaselinesFile(
+                family=family.name,
+                version=family.version,
+                command=command,
+                created_at=datetime.now().astimezone(),
+            )
+        budget_entry = data.budgets.get(budget)
+        if budget_entry is None or budget_entry.eval_hash != eval_hash_:
+            budget_entry = BudgetBaselines(eval_hash=eval_hash_, n=result.n)
+        budget_entry.models[model] = result
+        data.budgets[budget] = budget_entry
+        data.command = command
+        data.created_at = datetime.now().astimezone()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(data.model_dump_json(indent=2) + "\n")
+        tmp.replace(path)
+        return data
