@@ -130,3 +130,21 @@ def test_training_stops_when_the_next_step_would_overrun(
     from metatrain.training.trl_backend import out_of_time
 
     assert out_of_time(elapsed, steps, train_elapsed, stop_after) is expected
+
+
+def test_a_nan_gradient_norm_fails_the_job_at_that_step(tmp_path: Path) -> None:
+    """An H200 ledger job logged grad_norm NaN at step 1, then died of a CUDA assert while sampling."""
+    from types import SimpleNamespace
+
+    from metatrain.training.trl_backend import TrainingDiverged, _callbacks, _MetricsWriter
+
+    writer = _MetricsWriter(tmp_path / "metrics.jsonl", max_steps=40)
+    [metrics] = _callbacks(writer, 0.0, None)
+    state, control = SimpleNamespace(global_step=1), SimpleNamespace()
+    metrics.on_log(None, state, control, logs={"loss": 0.1, "grad_norm": 0.5, "reward": 0.2})
+    with pytest.raises(TrainingDiverged, match=r"gradient norm nan at step 2"):
+        metrics.on_log(
+            None, SimpleNamespace(global_step=2), control, logs={"loss": 0.0, "grad_norm": float("nan")}
+        )
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]  # the diverged step is still on record

@@ -10,6 +10,7 @@ parsed with the project dialect (``training.dialect``), the same parser the hidd
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ from metatrain.training.table import lora_config, trl_config_kwargs
 
 class RewardFunctionError(RuntimeError):
     """A rubric function raised during training: the job fails with this message."""
+
+
+class TrainingDiverged(RuntimeError):
+    """A step's gradient norm was NaN or infinite: the job fails at once, naming the step."""
 
 
 def _trl_reward(func: RewardFn, parser: Any) -> Any:
@@ -96,6 +101,12 @@ def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> l
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if (logs and "loss" in logs) or (logs and any(k.startswith("reward") for k in logs)):
                 writer.write(int(state.global_step), dict(logs))
+            grad_norm = (logs or {}).get("grad_norm")
+            if isinstance(grad_norm, int | float) and not math.isfinite(grad_norm):
+                raise TrainingDiverged(
+                    f"training diverged: gradient norm {grad_norm} at step {int(state.global_step)}; "
+                    "stopped before sampling from the broken weights"
+                )
 
     class DeadlineCallback(TrainerCallback):  # type: ignore[misc]
         """Ends training after a step when the next one would not finish before the deadline."""
