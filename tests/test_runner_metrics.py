@@ -148,3 +148,17 @@ def test_a_nan_gradient_norm_fails_the_job_at_that_step(tmp_path: Path) -> None:
         )
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]  # the diverged step is still on record
+
+
+def test_the_last_step_is_not_an_early_stop(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from metatrain.training.trl_backend import _callbacks, _MetricsWriter
+
+    _, deadline = _callbacks(_MetricsWriter(tmp_path / "m.jsonl", 2), 0.0, stop_after=0.0)
+    deadline.on_train_begin(None, None, None)
+    control = SimpleNamespace(should_training_stop=False)
+    deadline.on_step_end(None, SimpleNamespace(global_step=2, max_steps=2), control)
+    assert not control.should_training_stop and not deadline.stopped
+    deadline.on_step_end(None, SimpleNamespace(global_step=1, max_steps=2), control)
+    assert control.should_training_stop and deadline.stopped

@@ -119,7 +119,10 @@ def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> l
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             now = time.monotonic()
             assert stop_after is not None
-            if out_of_time(now - t0, int(state.global_step), now - self.train_t0, stop_after):
+            steps = int(state.global_step)
+            if steps < int(state.max_steps or 0) and out_of_time(
+                now - t0, steps, now - self.train_t0, stop_after
+            ):
                 control.should_training_stop = True
                 self.stopped = True
 
