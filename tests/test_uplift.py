@@ -34,8 +34,14 @@ def test_difference_interval_from_wilson_intervals() -> None:
     assert 0.3 < lo < 0.625 < hi < 0.8
 
 
-def _run_dir(tmp_path: Path, post: float | None = 0.5, status: str = "succeeded") -> Path:
-    run = tmp_path / "run-1"
+def _run_dir(
+    tmp_path: Path,
+    post: float | None = 0.5,
+    status: str = "succeeded",
+    error: str | None = None,
+    name: str = "run-1",
+) -> Path:
+    run = tmp_path / name
     (run / "job" / "result").mkdir(parents=True)
     result = EpisodeResult.model_validate(
         {
@@ -49,11 +55,14 @@ def _run_dir(tmp_path: Path, post: float | None = 0.5, status: str = "succeeded"
             "validation": {"attempts": 1, "valid": True},
             "job": {
                 "status": status,
+                "error": error,
                 "pre_score": 0.1,
                 "post_score": post,
                 "best_pre": 0.2,
                 "eval_n": 48,
                 "train_seconds": 61.0,
+                "train_steps": 7,
+                "stopped_at_deadline": True,
             },
             "reward": {
                 "total": 0.5,
@@ -90,7 +99,7 @@ def test_row_compares_post_with_the_best_untrained_model(tmp_path: Path) -> None
     assert row.significant
     table = markdown_table([row])
     assert "| ledger | 1.0.0 | fast | smollm2-135m | 0.200 (gemma3-270m) |" in table
-    assert "[+0.050, +0.524] ✓ | 48 | 61 | cpu |" in table
+    assert "[+0.050, +0.524] ✓ | 48 | 61 | 7 (wall) | cpu |" in table
 
 
 def test_row_not_significant_when_the_interval_holds_zero(tmp_path: Path) -> None:
@@ -102,8 +111,8 @@ def test_row_not_significant_when_the_interval_holds_zero(tmp_path: Path) -> Non
 def test_unfinished_or_missing_runs_are_clear_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(UpliftError, match="did not finish \\(failed\\)"):
-        uplift_row(_run_dir(tmp_path, post=None, status="failed"))
+    with pytest.raises(UpliftError, match="did not finish \\(failed: training diverged\\)"):
+        uplift_row(_run_dir(tmp_path, post=None, status="failed", error="training diverged\n  File x"))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UpliftError, match="not a finished episode"):
@@ -117,3 +126,15 @@ def test_command_prints_one_row_per_run(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([str(_run_dir(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 3 and "| ledger |" in out
+
+
+def test_command_names_unfinished_runs_and_keeps_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = _run_dir(tmp_path)
+    failed = _run_dir(tmp_path, post=None, status="failed", error="training diverged: nan", name="run-2")
+    assert main([str(done / "result.json"), str(failed / "result.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("| ledger |") == 1
+    assert "left out:" in captured.err and "run-2" in captured.err
+    assert "training diverged: nan" in captured.err

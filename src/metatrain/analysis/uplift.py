@@ -1,7 +1,8 @@
 """Uplift of finished episodes over the best untrained model, with a 95% interval, as a table.
 
 ``python -m metatrain.analysis.uplift runs/*/result.json`` prints the markdown table that
-docs/families.md carries (one row per run directory).
+docs/families.md carries (one row per finished run directory); a run whose job did not finish is
+named with its error on stderr and makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +48,8 @@ class UpliftRow:
     ci95: tuple[float, float]
     eval_n: int
     train_seconds: float
+    train_steps: int
+    stopped_at_deadline: bool
     device: str
     run_id: str
 
@@ -69,7 +73,8 @@ def uplift_row(run_dir: Path) -> UpliftRow:
         raise UpliftError(f"{run_dir}: not a finished episode ({exc.filename} is missing)") from exc
     summary = result.job
     if summary.post_score is None or summary.pre_score is None or result.model is None:
-        raise UpliftError(f"{run_dir}: the job did not finish ({summary.status})")
+        why = summary.status + (f": {summary.error.splitlines()[0]}" if summary.error else "")
+        raise UpliftError(f"{run_dir}: the job did not finish ({why})")
     if summary.best_pre is None:
         raise UpliftError(f"{run_dir}: the result has no best_pre")
     # The file may hold models the budget does not allow; best_pre is over the allowed ones.
@@ -90,6 +95,8 @@ def uplift_row(run_dir: Path) -> UpliftRow:
         ci95=difference_interval(summary.post_score, post_ci, best["score"], best["ci95"]),
         eval_n=summary.eval_n,
         train_seconds=summary.train_seconds,
+        train_steps=summary.train_steps,
+        stopped_at_deadline=summary.stopped_at_deadline,
         device=job["device"],
         run_id=result.run_id,
     )
@@ -98,12 +105,13 @@ def uplift_row(run_dir: Path) -> UpliftRow:
 def markdown_table(rows: Sequence[UpliftRow]) -> str:
     head = (
         "| family | version | budget | model | best_pre (model) | pre | post | uplift | 95% interval "
-        "| n | train s | device |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| n | train s | steps | device |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
         f"| {r.family} | {r.version} | {r.budget} | {r.model} | {r.best_pre:.3f} ({r.best_pre_model}) "
         f"| {r.pre:.3f} | {r.post:.3f} | {r.uplift:+.3f} | [{r.ci95[0]:+.3f}, {r.ci95[1]:+.3f}]"
-        f"{' ✓' if r.significant else ''} | {r.eval_n} | {r.train_seconds:.0f} | {r.device} |\n"
+        f"{' ✓' if r.significant else ''} | {r.eval_n} | {r.train_seconds:.0f} "
+        f"| {r.train_steps}{' (wall)' if r.stopped_at_deadline else ''} | {r.device} |\n"
         for r in rows
     )
     return head + body
@@ -113,12 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="episode run directories (or their result.json)")
     args = parser.parse_args(argv)
-    try:
-        rows = [uplift_row(p.parent if p.name == "result.json" else p) for p in args.runs]
-    except UpliftError as exc:
-        parser.exit(2, f"error: {exc}\n")
+    rows: list[UpliftRow] = []
+    left_out: list[str] = []
+    for path in args.runs:
+        try:
+            rows.append(uplift_row(path.parent if path.name == "result.json" else path))
+        except UpliftError as exc:
+            left_out.append(str(exc))
+    if not rows:
+        parser.exit(2, "".join(f"error: {e}\n" for e in left_out))
     print(markdown_table(rows), end="")
-    return 0
+    for reason in left_out:
+        print(f"left out: {reason}", file=sys.stderr)
+    return 1 if left_out else 0
 
 
 if __name__ == "__main__":
