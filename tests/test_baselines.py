@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import attrs
@@ -69,7 +70,8 @@ def test_stale_and_missing_baselines_are_refused(tmp_path: Path) -> None:
         load_baselines(fam, "fast", ["gemma3-270m"])
     with pytest.raises(StaleBaselinesError, match="no 'full' baselines"):
         load_baselines(fam, "full")
-    with pytest.raises(StaleBaselinesError, match=r"version 1\.0\.0, the family is 2\.0\.0"):
+    stale = rf"version {re.escape(fam.version)}, the family is 2\.0\.0"
+    with pytest.raises(StaleBaselinesError, match=stale):
         load_baselines(attrs.evolve(fam, version="2.0.0"), "fast")
 
 
@@ -102,3 +104,12 @@ def test_parallel_seeding_runs_keep_every_model(tmp_path: Path) -> None:
     got = load_baselines(RelocatedCalcChain(path=path), "fast", models)
     assert {m: got.models[m].score for m in models} == {m: i / 10 for i, m in enumerate(models)}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+def test_a_fast_eval_decodes_in_float32_on_every_device() -> None:
+    """Fast baselines may be seeded on a GPU; they must decode as a CPU episode's eval does."""
+    from metatrain.training.evaluation import eval_dtype
+
+    assert eval_dtype("fast", "cuda") == eval_dtype("fast", "cpu") == "float32"
+    assert eval_dtype("full", "cuda:0") == "bfloat16"
+    assert eval_dtype("full", "cpu") == "float32"

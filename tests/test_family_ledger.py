@@ -89,7 +89,7 @@ def solve(family: Ledger, example: Example) -> tuple[str, int]:
 def test_registered_and_shaped() -> None:
     family = load_plugins().task_family("ledger")
     assert isinstance(family, TaskFamily)
-    assert (family.name, family.version, family.held_out) == ("ledger", "1.0.0", False)
+    assert (family.name, family.version, family.held_out) == ("ledger", "1.1.0", False)
     assert family.baselines_path().name == "ledger.json"
     with pytest.raises(ValueError):
         family.task_spec("huge")

@@ -64,14 +64,19 @@ def tool_schemas(spec: TaskSpec) -> list[dict[str, Any]]:
     return [{"type": "function", "function": t.model_dump()} for t in spec.eval.tools]
 
 
-def load_model(model_dir: Path, device: str) -> tuple[Any, Any]:
-    """Load safetensors weights only (no remote code) and the tokenizer."""
+def eval_dtype(budget: str, device: str) -> str:
+    """``float32`` for a ``fast`` eval on any device, so a GPU-seeded fast baseline decodes as a CPU
+    episode does; ``bfloat16`` for other budgets on CUDA."""
+    return "bfloat16" if device.startswith("cuda") and budget != "fast" else "float32"
+
+
+def load_model(model_dir: Path, device: str, dtype: str = "float32") -> tuple[Any, Any]:
+    """Load safetensors weights only (no remote code) in ``dtype`` (a torch dtype name) and the tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model: Any = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=dtype, use_safetensors=True, trust_remote_code=False
+        model_dir, dtype=getattr(torch, dtype), use_safetensors=True, trust_remote_code=False
     )
     model = model.to(device)
     model.eval()
@@ -109,7 +114,7 @@ def evaluate(
     t0 = time.monotonic()
     spec = family.task_spec(budget)
     examples = family.hidden_eval(budget)[:limit] if limit else family.hidden_eval(budget)
-    model, tokenizer = load_model(model_dir, device)
+    model, tokenizer = load_model(model_dir, device, eval_dtype(budget, device))
     rollouts = run_rollouts(
         model,
         tokenizer,

@@ -116,7 +116,7 @@ def reference_job_values(budget: str, full_max_tokens: int) -> dict[str, object]
         "num_examples": 64 if fast else 2000,
         "max_steps": 2 if fast else 40,
         "rollouts": 4 if fast else 8,
-        "batch_size": 2 if fast else 8,
+        "batch_size": 2 if fast else 4,
         "max_tokens": 96 if fast else full_max_tokens,
         "lr": "5e-5",
         "rank": 8 if fast else 16,
@@ -148,8 +148,11 @@ class GeneratedFamily(Generic[D]):
     """The package holding ``reference_env.py.tmpl`` and ``reference_job.toml.tmpl``."""
     reference_max_tokens: ClassVar[int] = 256
     """``max_tokens`` of the ``full`` reference job."""
-    final_answer_turn: ClassVar[bool] = False
-    """Whether the eval's last turn after a tool round is a tool-free answer turn (a version bump)."""
+    final_answer_turn: ClassVar[bool] = True
+    """Whether the eval's last turn after a tool round is a tool-free answer turn (a version bump).
+
+    On since the 1.1/1.2 versions: untrained Qwen2.5-Coder called tools until the turn cap on four
+    families and never answered (docs/families.md, calibration)."""
     models: ClassVar[Sequence[str]] = MODELS
     fast_models: ClassVar[Sequence[str]] = FAST_MODELS
     eval_n: ClassVar[Mapping[str, int]] = EVAL_N

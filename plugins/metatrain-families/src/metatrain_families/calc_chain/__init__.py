@@ -63,7 +63,7 @@ class CalcChain(GeneratedFamily[Difficulty]):
     """The calc_chain task family."""
 
     name: str = "calc_chain"
-    version: str = "1.0.0"
+    version: str = "1.1.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

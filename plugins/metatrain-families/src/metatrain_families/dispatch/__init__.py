@@ -26,7 +26,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
     """The dispatch task family."""
 
     name: str = "dispatch"
-    version: str = "1.0.0"
+    version: str = "1.1.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

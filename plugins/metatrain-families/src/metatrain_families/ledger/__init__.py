@@ -59,7 +59,7 @@ class Ledger(GeneratedFamily[Difficulty]):
     """The ledger task family."""
 
     name: str = "ledger"
-    version: str = "1.0.0"
+    version: str = "1.1.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

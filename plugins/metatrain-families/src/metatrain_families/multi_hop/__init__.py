@@ -31,7 +31,7 @@ class MultiHop(GeneratedFamily[Difficulty]):
     """The multi_hop task family."""
 
     name: str = "multi_hop"
-    version: str = "1.1.0"
+    version: str = "1.2.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

@@ -23,7 +23,7 @@ class StringPipeline(GeneratedFamily[Difficulty]):
     """The string_pipeline task family."""
 
     name: str = "string_pipeline"
-    version: str = "1.0.0"
+    version: str = "1.1.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

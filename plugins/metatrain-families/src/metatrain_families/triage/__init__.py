@@ -64,7 +64,7 @@ class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
-    version: str = "1.1.0"
+    version: str = "1.2.0"
     held_out: bool = True
 
     difficulty = DIFFICULTY
