@@ -182,6 +182,20 @@ def check_reference_job(family: TaskFamily, budget: str) -> str | None:
     return None if outcome.report.ok else "; ".join(outcome.report.errors)
 
 
+def check_guess_floor(family: TaskFamily, budget: str) -> str | None:
+    from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT, guess_floor
+
+    with _secret("conformance-guesser"):
+        train = family.hidden_eval(budget)
+    floor = guess_floor(family, train, family.hidden_eval(budget))
+    if floor.score >= GUESS_FLOOR_LIMIT:
+        return (
+            f"a tool-free guess scores {floor.score:.3f} on the hidden eval (limit {GUESS_FLOOR_LIMIT}): "
+            f"{floor.policy}; make the answer depend on what only the tools return"
+        )
+    return None
+
+
 CHECKS: dict[str, Callable[[TaskFamily, str], str | None]] = {
     "determinism": check_determinism,
     "disjoint splits": check_disjoint,
@@ -189,6 +203,7 @@ CHECKS: dict[str, Callable[[TaskFamily, str], str | None]] = {
     "tool schemas": check_tools,
     "token budget": check_token_budget,
     "eval secrecy": check_secret,
+    "guess floor": check_guess_floor,
     "reference job validates": check_reference_job,
 }
 
