@@ -17,6 +17,7 @@ from typing import Any
 
 from metatrain.specs import BundleManifest
 from metatrain.training.dialect import install_parser
+from metatrain.training.divergence import TrainingDiverged, guard_training_step
 from metatrain.training.environment import (
     RewardFn,
     call_reward,
@@ -31,10 +32,6 @@ from metatrain.training.table import lora_config, trl_config_kwargs
 
 class RewardFunctionError(RuntimeError):
     """A rubric function raised during training: the job fails with this message."""
-
-
-class TrainingDiverged(RuntimeError):
-    """A step's gradient norm was NaN or infinite: the job fails at once, naming the step."""
 
 
 def _trl_reward(func: RewardFn, parser: Any) -> Any:
@@ -186,6 +183,7 @@ def train_job(
         environment_factory=rollout_environment_factory(env) if stateful else None,
         callbacks=callbacks,
     )
+    guard_training_step(trainer, out / "diverged.json")
     t_train = time.monotonic()
     trainer.train()
     train_seconds = time.monotonic() - t_train
