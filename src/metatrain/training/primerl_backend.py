@@ -747,13 +747,11 @@ def chat_rollout(
     Tool calls the server parsed are used as given; when it parsed none, the reply text goes
     through the project dialect's lenient parser (bare or fenced JSON), as on the transformers path.
     """
-    from metatrain.training.rollout import FINAL_ANSWER_PROMPT, Rollout, needs_final_answer_prompt
+    from metatrain.training.rollout import Rollout, start_turn
 
     r = Rollout(messages=[dict(m) for m in conversation])
     for turn in range(max_turns):
-        final = needs_final_answer_prompt(final_answer_turn, turn, max_turns, r.messages)
-        if final:
-            r.messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+        final = start_turn(final_answer_turn, turn, max_turns, r.messages)
         tool_args: dict[str, Any] = {} if final else {"tools": tool_schemas, "tool_choice": "auto"}
         resp = client.chat.completions.create(
             model=model,

@@ -23,6 +23,14 @@ def needs_final_answer_prompt(
     return final_answer_turn and turn == max_turns - 1 and turn > 0 and last.get("role") == "tool"
 
 
+def start_turn(final_answer_turn: bool, turn: int, max_turns: int, messages: list[Any]) -> bool:
+    """Append the final-answer prompt when this is a final-answer turn; True when it is (no tools)."""
+    final = needs_final_answer_prompt(final_answer_turn, turn, max_turns, messages)
+    if final:
+        messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+    return final
+
+
 @attrs.define
 class Rollout:
     """One conversation played out: messages, the final answer text and tool statistics."""
@@ -94,9 +102,7 @@ def run_rollouts(
             prompts = []
             for i in idxs:
                 messages = rollouts[i].messages
-                final = needs_final_answer_prompt(final_answer_turn, turn, max_turns, messages)
-                if final:
-                    messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+                final = start_turn(final_answer_turn, turn, max_turns, messages)
                 prompts.append(
                     tokenizer.apply_chat_template(
                         messages,

@@ -113,19 +113,21 @@ def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> l
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.train_t0 = time.monotonic()
 
+        def __init__(self, stop_after: float) -> None:
+            self.stop_after = stop_after
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             now = time.monotonic()
-            assert stop_after is not None
             steps = int(state.global_step)
             if steps < int(state.max_steps or 0) and out_of_time(
-                now - t0, steps, now - self.train_t0, stop_after
+                now - t0, steps, now - self.train_t0, self.stop_after
             ):
                 control.should_training_stop = True
                 self.stopped = True
 
     callbacks: list[Any] = [MetricsCallback()]
     if stop_after is not None:
-        callbacks.append(DeadlineCallback())
+        callbacks.append(DeadlineCallback(stop_after))
     return callbacks
 
 
