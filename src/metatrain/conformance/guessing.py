@@ -90,11 +90,14 @@ def _pickers(family: TaskFamily, train: Sequence[Example]) -> list[tuple[str, Pi
     return pickers
 
 
-def _mean_score(family: TaskFamily, examples: Sequence[Example], pick: Picker) -> float:
-    """Expected score of answering a uniform draw from ``pick``'s candidates (0 with none)."""
+def _mean_score(
+    family: TaskFamily, examples: Sequence[Example], words: Sequence[list[str]], pick: Picker
+) -> float:
+    """Expected score of answering a uniform draw from ``pick``'s candidates (0 with none);
+    ``words`` holds each example's prompt words."""
     total = 0.0
-    for ex in examples:
-        candidates = pick(prompt_words(ex.prompt))
+    for ex, prompt in zip(examples, words, strict=True):
+        candidates = pick(prompt)
         if candidates:
             scores = [family.score(ex, f"<answer>{w}</answer>") for w in candidates]
             total += sum(scores) / len(scores)
@@ -105,7 +108,9 @@ def guess_floor(family: TaskFamily, train: Sequence[Example], evals: Sequence[Ex
     """The best tool-free guesser fitted on ``train``, scored on ``evals``."""
     if not train or not evals:
         raise ValueError("guess_floor needs examples to fit on and to score")
+    words = [prompt_words(ex.prompt) for ex in evals]
     scored = [
-        GuessFloor(_mean_score(family, evals, pick), policy) for policy, pick in _pickers(family, train)
+        GuessFloor(_mean_score(family, evals, words, pick), policy)
+        for policy, pick in _pickers(family, train)
     ]
     return max(scored, key=lambda g: g.score)

@@ -110,11 +110,11 @@ def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> l
 
         stopped = False
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.train_t0 = time.monotonic()
-
         def __init__(self, stop_after: float) -> None:
             self.stop_after = stop_after
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.train_t0 = time.monotonic()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             now = time.monotonic()
