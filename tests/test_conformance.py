@@ -191,12 +191,9 @@ def test_guess_floor_finds_answers_a_tool_free_policy_can_pick() -> None:
     assert not failed(check_family(CalcChain(), ("fast", "full"), ("guess floor",)))
 
 
-GUESSABLE = {("string_pipeline", "fast"), ("ledger", "full"), ("dispatch", "fast"), ("dispatch", "full")}
-"""Built-in families whose answers a tool-free guess reaches (docs/families.md, guess floors):
-each needs a version bump and re-seeded baselines; remove its entry when it is fixed."""
-
-
-def test_built_in_families_guess_floors_are_as_documented() -> None:
+def test_built_in_families_guess_floors_are_under_the_limit() -> None:
+    """dispatch, ledger, string_pipeline and multi_hop were guessable before their current versions
+    (docs/families.md, guess floors); each fix is pinned here."""
     from metatrain.plugins import load_plugins
 
     pm = load_plugins()
@@ -204,4 +201,5 @@ def test_built_in_families_guess_floors_are_as_documented() -> None:
     results = [
         (n, r) for n in names for r in check_family(pm.task_family(n), ("fast", "full"), ("guess floor",))
     ]
-    assert {(n, r.budget) for n, r in results if not r.ok} == GUESSABLE
+    assert len(results) == 12
+    assert [(n, r.budget, r.detail) for n, r in results if not r.ok] == []

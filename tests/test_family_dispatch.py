@@ -1,10 +1,16 @@
-"""dispatch: deterministic worlds and rules, solvable through its tools, exact scoring, a valid job."""
+"""dispatch: deterministic worlds and rules, several tickets routed per prompt, unguessable outcomes,
+solvable through its tools, all-or-nothing scoring, and a reference job that mirrors the generator."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
+import random
+import re
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -14,15 +20,24 @@ from family_helpers import (
     assert_reference_job_within_bounds,
     assert_schemas_match,
     assert_split_sized_and_disjoint,
+    load_env_module,
     probe_reference_job,
+    write_reference_job,
 )
 
+from metatrain.conformance import check_family, failed
 from metatrain.specs import Example
-from metatrain_families.dispatch import DIFFICULTY, Dispatch
-from metatrain_families.dispatch.generator import generate_example
+from metatrain_families.common import render_template
+from metatrain_families.dispatch import DIFFICULTY, SYSTEM_PROMPT, Dispatch
+from metatrain_families.dispatch.generator import Difficulty, generate_example
 from metatrain_families.dispatch.tools import TOOLS
 
 FAMILY = Dispatch()
+EASIER = Difficulty(n_tickets=5, n_route=3, n_rules=2, max_clauses=1, use_sla=False)
+"""An easier ``full`` setting other engineers may try: it must stay unguessable too."""
+TICKETS_RE = re.compile(r"^Route support tickets ((?:T-\d+, )*T-\d+) to queues\.")
+QUEUE_RE = re.compile(r"route it to ([\w-]+)\.$", re.MULTILINE)
+GUESS_LIMIT = 0.05
 
 
 def holds(clause: dict[str, str], facts: dict[str, dict[str, Any]]) -> bool:
@@ -35,17 +50,46 @@ def holds(clause: dict[str, str], facts: dict[str, dict[str, Any]]) -> bool:
     return str(value) == clause["value"]
 
 
-def solve(example: Example) -> str:
-    """Fetch ticket, customer and SLA through the bound tools, then apply the rules in order."""
+def prompt_tickets(prompt: str) -> list[str]:
+    """The ticket ids to route, in order, read from the prompt alone."""
+    m = TICKETS_RE.match(prompt)
+    assert m, prompt
+    return m.group(1).split(", ")
+
+
+def solve(example: Example) -> tuple[str, int]:
+    """Per ticket named in the prompt, fetch ticket, customer and SLA through the bound tools and
+    apply the rules in order; the answer and the tool calls made."""
     tools = {fn.__name__: fn for fn in FAMILY.tools_for(example)}
-    ticket = json.loads(tools["get_ticket"](ticket_id=example.info["ticket_id"]))
-    customer = json.loads(tools["get_customer"](customer_id=ticket["customer_id"]))
-    sla = json.loads(tools["get_sla"](tier=customer["tier"]))
-    facts = {"ticket": ticket, "customer": customer, "sla": sla}
-    for rule in example.info["rules"]:
-        if all(holds(c, facts) for c in rule["clauses"]):
-            return str(rule["queue"])
-    return str(example.info["default"])
+    queues, calls = [], 0
+    for ticket_id in prompt_tickets(example.prompt):
+        ticket = json.loads(tools["get_ticket"](ticket_id=ticket_id))
+        customer = json.loads(tools["get_customer"](customer_id=ticket["customer_id"]))
+        sla = json.loads(tools["get_sla"](tier=customer["tier"]))
+        calls += 3
+        facts = {"ticket": ticket, "customer": customer, "sla": sla}
+        queue = next(
+            (r["queue"] for r in example.info["rules"] if all(holds(c, facts) for c in r["clauses"])),
+            example.info["default"],
+        )
+        queues.append(str(queue))
+    return ", ".join(queues), calls
+
+
+def test_registered_versioned_and_knobs() -> None:
+    from metatrain.plugins import load_plugins
+
+    family = load_plugins().task_family("dispatch")
+    assert (family.name, family.version, family.held_out) == ("dispatch", "1.2.0", False)
+    assert DIFFICULTY["fast"] == Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False)
+    assert DIFFICULTY["full"] == Difficulty(n_tickets=5, n_route=3, n_rules=4, max_clauses=2, use_sla=True)
+    with pytest.raises(ValueError, match="n_route"):
+        Difficulty(n_tickets=2, n_route=3, n_rules=3, max_clauses=1, use_sla=False)
+    for budget in BUDGETS:
+        spec = FAMILY.task_spec(budget)
+        assert "3 ticket ids" in spec.description and "QUEUE_1, QUEUE_2, QUEUE_3" in spec.description
+        assert "split on commas" in spec.eval.answer_format
+    assert "QUEUE_1, QUEUE_2, QUEUE_3" in SYSTEM_PROMPT
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
@@ -56,27 +100,116 @@ def test_generator_is_deterministic_per_seed(budget: str) -> None:
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_dev_and_eval_are_disjoint_and_sized(budget: str) -> None:
     spec, hidden = assert_split_sized_and_disjoint(FAMILY, budget)
+    d = DIFFICULTY[budget]
     assert len({e.prompt for e in hidden}) == len(hidden)
-    assert spec.eval.max_turns == DIFFICULTY[budget].max_lookups + 2
-    assert 64 <= spec.eval.max_tokens <= 128
+    assert spec.eval.max_turns == d.n_route * d.lookups_per_ticket + 2 == d.max_lookups + 2
+    assert spec.bounds.max_turns.max == d.max_lookups + 4
+    assert 64 <= spec.eval.max_tokens <= 256
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_each_prompt_routes_several_tickets_of_a_larger_world(budget: str) -> None:
+    d = DIFFICULTY[budget]
+    for ex in FAMILY.hidden_eval(budget):
+        ids = prompt_tickets(ex.prompt)
+        assert ids == ex.info["ticket_ids"] and len(set(ids)) == d.n_route
+        assert len(ex.info["world"]["tickets"]) == d.n_tickets > d.n_route
+        assert len(ex.info["rules"]) == d.n_rules
+        assert all(1 <= len(r["clauses"]) <= d.max_clauses for r in ex.info["rules"])
+        named = QUEUE_RE.findall(ex.prompt)
+        assert named == [*(r["queue"] for r in ex.info["rules"]), ex.info["default"]]
+        assert len(set(named)) == d.n_rules + 1
+        assert ex.answer == ", ".join(ex.info["queues"]) and len(ex.info["lookups"]) == d.n_route
+        assert ex.prompt.rstrip().endswith("<answer>QUEUE_1, QUEUE_2, QUEUE_3</answer>.")
 
 
 def test_the_matching_rule_is_spread_over_positions() -> None:
     hidden = FAMILY.hidden_eval("full")
-    positions = Counter(e.info["matched_rule"] for e in hidden)
-    assert set(positions) == set(range(DIFFICULTY["full"].n_rules + 1))
-    assert max(positions.values()) < 0.35 * len(hidden)
-    assert any(item["kind"] == "sla" for e in hidden for item in e.info["lookups"])
+    for pos in range(DIFFICULTY["full"].n_route):
+        positions = Counter(e.info["matched_rules"][pos] for e in hidden)
+        assert set(positions) == set(range(DIFFICULTY["full"].n_rules + 1))
+        assert max(positions.values()) < 0.35 * len(hidden)
+    assert any(item["kind"] == "sla" for e in hidden for t in e.info["lookups"] for item in t)
     fast = FAMILY.hidden_eval("fast")
     assert not any(c["field"].startswith("sla.") for e in fast for r in e.info["rules"] for c in r["clauses"])
 
 
-def test_scorer_is_exact_after_stripping() -> None:
+def blind_guess_scores(d: Difficulty, n: int = 2000, seed: int = 11) -> dict[str, float]:
+    """The best cheap tool-free strategies, fitted and scored on the same ``n`` examples (in-sample,
+    so each is if anything over-estimated): (a) always the commonest whole answer, (b) per position
+    the queue of the commonest matched-rule index, (c) per position a uniform pick among the queue
+    names the prompt gives (its expected score, exactly). Also each position's largest deviation of
+    a matched-rule frequency from uniform."""
+    rng = random.Random(seed)
+    examples = [generate_example(rng, d, f"g{i}") for i in range(n)]
+    constant = Counter(e.answer for e in examples).most_common(1)[0][0]
+    commonest = [
+        Counter(e.info["matched_rules"][p] for e in examples).most_common(1)[0][0] for p in range(d.n_route)
+    ]
+    uniform, index_pick, deviation = 0.0, 0.0, 0.0
+    for p in range(d.n_route):
+        counts = Counter(e.info["matched_rules"][p] for e in examples)
+        assert set(counts) == set(range(d.n_rules + 1))
+        deviation = max(deviation, *(abs(c / n - 1 / (d.n_rules + 1)) for c in counts.values()))
+    for ex in examples:
+        named = QUEUE_RE.findall(ex.prompt)  # the rules' queues, then the default's
+        index_pick += FAMILY.score(ex, f"<answer>{', '.join(named[i] for i in commonest)}</answer>")
+        chance = 1.0
+        for queue in ex.info["queues"]:
+            chance *= named.count(queue) / len(named)
+        uniform += chance
+    return {
+        "constant": sum(FAMILY.score(ex, f"<answer>{constant}</answer>") for ex in examples) / n,
+        "commonest rule": index_pick / n,
+        "uniform pick": uniform / n,
+        "deviation": deviation,
+    }
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_blind_guesses_score_under_the_floor(budget: str) -> None:
+    d = DIFFICULTY[budget]
+    scores = blind_guess_scores(d)
+    chance = (d.n_rules + 1) ** -d.n_route  # 1/64 fast, 1/125 full
+    assert scores["constant"] < 0.02, scores
+    assert scores["commonest rule"] < min(GUESS_LIMIT, 2 * chance), scores
+    assert scores["uniform pick"] == pytest.approx(chance), scores
+    assert scores["deviation"] < 0.03, scores
+
+
+def test_an_easier_full_setting_stays_unguessable() -> None:
+    scores = blind_guess_scores(EASIER)
+    assert scores["constant"] < 0.02 and scores["uniform pick"] == pytest.approx(1 / 27), scores
+    assert scores["commonest rule"] < GUESS_LIMIT and scores["deviation"] < 0.03, scores
+    for ex in [generate_example(random.Random(s), EASIER, "x") for s in range(20)]:
+        assert solve(ex)[0] == ex.answer
+
+
+def test_the_kits_guess_floor_passes_on_both_budgets() -> None:
+    assert not failed(check_family(FAMILY, ("fast", "full"), ("guess floor",)))
+
+
+def test_scorer_is_all_or_nothing_after_splitting_and_stripping() -> None:
     ex = FAMILY.task_spec("fast").dev_examples[0]
+    queues = ex.info["queues"]
     assert FAMILY.score(ex, f"Rule 4 applies. <answer> {ex.answer} </answer>") == 1.0
-    for wrong in [ex.answer.upper(), ex.answer + "s", "general-queue", f"'{ex.answer}'"]:
-        assert FAMILY.score(ex, f"<answer>{wrong}</answer>") == 0.0
+    assert FAMILY.score(ex, f"<answer>{' ,'.join(queues)}</answer>") == 1.0
+    assert FAMILY.score(ex, f"<answer>x</answer> then <answer>{',  '.join(queues)}</answer>") == 1.0
+    other = next(q for q in ("general", "refunds", "vip-care") if q != queues[1])
+    wrong = [
+        ex.answer.upper(),
+        ", ".join(queues[:2]),
+        ", ".join([*queues, queues[0]]),
+        ex.answer + ",",
+        "; ".join(queues),
+        " ".join(queues),
+        ", ".join([queues[0], other, queues[2]]),
+        f"'{ex.answer}'",
+    ]
+    for text in wrong:
+        assert FAMILY.score(ex, f"<answer>{text}</answer>") == 0.0, text
     assert FAMILY.score(ex, ex.answer) == 0.0
+    assert FAMILY.score(ex, f"<answer>{ex.answer}</answer> <answer>{queues[0]}</answer>") == 0.0
 
 
 def test_tool_schemas_match_the_implementations() -> None:
@@ -94,25 +227,130 @@ def test_unknown_ids_raise_helpful_value_errors() -> None:
         tools["get_ticket"](ticket_id="T-0")
     with pytest.raises(ValueError, match="known tiers: bronze, silver, gold, platinum"):
         tools["get_sla"](tier="diamond")
-    assert (
-        json.loads(tools["get_ticket"](ticket_id=f" {ex.info['ticket_id'].lower()} "))["id"]
-        == ex.info["ticket_id"]
-    )
+    first = ex.info["ticket_ids"][0]
+    assert json.loads(tools["get_ticket"](ticket_id=f" {first.lower()} "))["id"] == first
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_every_hidden_and_dev_example_is_solvable_through_the_tools(budget: str) -> None:
     spec = FAMILY.task_spec(budget)
+    d = DIFFICULTY[budget]
     for ex in [*FAMILY.hidden_eval(budget), *spec.dev_examples]:
-        answer = solve(ex)
+        answer, calls = solve(ex)
         assert answer == ex.answer
-        assert len(ex.info["lookups"]) + 2 <= spec.eval.max_turns
+        assert calls <= d.n_route * 3 and sum(map(len, ex.info["lookups"])) + 2 <= spec.eval.max_turns
         assert FAMILY.score(ex, f"<answer>{answer}</answer>") == 1.0
+
+
+# ---- the reference job ----
+
+
+def _env_module(tmp_path: Path, budget: str) -> ModuleType:
+    return load_env_module(
+        write_reference_job(FAMILY, budget, tmp_path / f"ws-{budget}"), f"dispatch_{budget}"
+    )
+
+
+def _rendered_env(tmp_path: Path, d: Difficulty, name: str) -> ModuleType:
+    """The reference env rendered for knobs no budget uses."""
+    text = render_template(
+        FAMILY.templates,
+        "reference_env.py.tmpl",
+        system_prompt=repr(SYSTEM_PROMPT),
+        max_turns=FAMILY.max_turns(d),
+        **FAMILY.env_values(d),
+    )
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "env.py").write_text(text)
+    return load_env_module(tmp_path / name, f"dispatch_{name}")
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_reference_job_parses_within_bounds(budget: str) -> None:
-    assert_reference_job_within_bounds(FAMILY, budget)
+    assert_reference_job_within_bounds(FAMILY, budget, whole_job=True)
+
+
+def _mirrors(env: ModuleType, d: Difficulty) -> None:
+    for seed in range(30):
+        row = env._example(random.Random(seed))
+        ex = generate_example(random.Random(seed), d, "x")
+        want = {k: ex.info[k] for k in ("world", "queues", "lookups")}
+        assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, want)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_env_mirrors_the_generator(budget: str, tmp_path: Path) -> None:
+    env = _env_module(tmp_path, budget)
+    _mirrors(env, DIFFICULTY[budget])
+    assert env.load_environment(num_examples=3).max_turns == FAMILY.task_spec(budget).eval.max_turns
+
+
+def test_reference_env_mirrors_the_generator_at_easier_knobs(tmp_path: Path) -> None:
+    _mirrors(_rendered_env(tmp_path, EASIER, "easier"), EASIER)
+
+
+def _call(name: str, args: dict[str, Any], i: int) -> Any:
+    from verifiers.types import AssistantMessage, ToolCall
+
+    return AssistantMessage(
+        content="", tool_calls=[ToolCall(id=f"c{i}", name=name, arguments=json.dumps(args))]
+    )
+
+
+def _reply(text: str) -> Any:
+    import verifiers as vf
+
+    return vf.AssistantMessage(content=text)
+
+
+def _check_rubric(module: ModuleType, env: Any, ex: Example) -> None:
+    import verifiers as vf
+
+    info = copy.deepcopy(ex.info)
+    state = vf.State(input={"prompt": [], "answer": ex.answer, "info": info, "example_id": 0})
+
+    def fetch(name: str, args: dict[str, Any]) -> list[Any]:
+        call = _call(name, args, 0)
+        return [call, *asyncio.run(env.env_response([call], state))]
+
+    def scores(completion: list[Any]) -> tuple[float, float]:
+        return module.correct_answer(completion, ex.answer), module.lookup_progress(completion, info)
+
+    solved: list[Any] = []
+    tickets_only: list[Any] = []
+    for ticket_id in ex.info["ticket_ids"]:
+        got = fetch("get_ticket", {"ticket_id": ticket_id})
+        customer = fetch("get_customer", {"customer_id": json.loads(got[-1].content)["customer_id"]})
+        solved += got + customer + fetch("get_sla", {"tier": json.loads(customer[-1].content)["tier"]})
+        tickets_only += got
+    assert info == ex.info
+    queues = ex.info["queues"]
+    right = _reply(f"<answer>{ex.answer}</answer>")
+    assert scores([*solved, right]) == (1.0, 1.0)
+    assert scores([*solved, _reply(ex.answer)]) == (0.0, 0.5)  # right queues, no <answer> block
+    assert scores([right]) == (1.0, 0.0)  # a blind right guess earns only the answer
+    other = next(q for q in ("general", "refunds", "vip-care") if q != queues[1])
+    one_wrong = _reply(f"<answer>{queues[0]}, {other}, {queues[2]}</answer>")
+    assert scores([*solved, one_wrong]) == (0.0, pytest.approx(2 / 3))
+    ticket_only = sum([item["kind"] for item in items] == ["ticket"] for items in ex.info["lookups"])
+    assert scores([*tickets_only, right]) == (1.0, pytest.approx(ticket_only / 3))
+    everything = [
+        m
+        for t in ex.info["world"]["tickets"]
+        for m in fetch("get_ticket", {"ticket_id": t["id"]})
+        + fetch("get_customer", {"customer_id": t["customer_id"]})
+    ] + [m for s in ex.info["world"]["slas"] for m in fetch("get_sla", {"tier": s["tier"]})]
+    wrong = [next(q for q in ("general", "refunds", "vip-care", "retention") if q != x) for x in queues]
+    assert scores([*everything, _reply(f"<answer>{', '.join(wrong)}</answer>")]) == (0.0, 0.0)
+    assert scores([*everything, _reply("<answer>no idea</answer>")]) == (0.0, 0.0)
+
+
+def test_reference_env_rubric_pays_right_queues_backed_by_fetched_records(tmp_path: Path) -> None:
+    """Partial credit: per routed ticket, the right queue *and* every record its rules need fetched."""
+    module = _env_module(tmp_path, "full")
+    env = module.load_environment(num_examples=2)
+    for ex in FAMILY.task_spec("full").dev_examples:
+        _check_rubric(module, env, ex)
 
 
 @pytest.mark.parametrize("budget", BUDGETS)

@@ -24,13 +24,14 @@ from family_helpers import (
     write_reference_job,
 )
 
+from metatrain.conformance import check_family, failed
 from metatrain.plugins import load_plugins
 from metatrain.protocols import TaskFamily
 from metatrain.specs import Example
 from metatrain.training.environment import to_vf_messages
 from metatrain_families.common import tool_schemas
 from metatrain_families.ledger import DIFFICULTY, Ledger
-from metatrain_families.ledger.generator import generate_example
+from metatrain_families.ledger.generator import QUESTIONS, generate_example
 from metatrain_families.ledger.tools import TOOLS
 
 FAMILY = Ledger()
@@ -63,33 +64,53 @@ def parse_prompt(prompt: str) -> tuple[list[str], list[tuple[str, dict[str, Any]
     return existing.group(1).split(", "), calls, question
 
 
+def step_args(step: dict[str, Any]) -> dict[str, Any]:
+    """The tool arguments that carry out one recorded instruction."""
+    if step["op"] == "transfer":
+        return {"from_account": step["account"], "to_account": step["to"], "amount": step["amount"]}
+    if step["op"] == "open_account":
+        return {"account": step["account"]}
+    return {"account": step["account"], "amount": step["amount"]}
+
+
+def final_balances(info: dict[str, Any]) -> dict[str, int]:
+    """Every account's balance once the recorded instructions ran on the example's world."""
+    world = copy.deepcopy(info["world"])
+    tools = {fn.__name__: fn for fn in TOOLS}
+    for step in info["steps"]:
+        if not step["refused"]:
+            tools[step["op"]](world, **step_args(step))
+    return {r["name"]: r["balance"] for r in world["accounts"]}
+
+
+def reads_for(prompt: str) -> list[str]:
+    """The accounts whose final balance the question needs read: all of them for a total."""
+    accounts, calls, question = parse_prompt(prompt)
+    if "total balance across all accounts" in question:
+        return accounts + [args["account"] for op, args in calls if op == "open_account"]
+    m = re.search(r"final balance of (\w+)\?", question)
+    assert m, question
+    return [m.group(1)]
+
+
 def solve(family: Ledger, example: Example) -> tuple[str, int]:
     """Answer an example as a competent tool user would (prompt and tools only); also the calls it made."""
     tools: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in family.tools_for(example)}
-    accounts, calls, question = parse_prompt(example.prompt)
-    refused = 0
+    _, calls, question = parse_prompt(example.prompt)
     for op, args in calls:
         try:
             tools[op](**args)
         except ValueError as exc:
             assert "refused" in str(exc)
-            refused += 1
-        if op == "open_account":
-            accounts.append(args["account"])
-    if "How many" in question:
-        return str(refused), len(calls)
-    if "Which account" in question:
-        held = {name: tools["balance"](account=name) for name in accounts}
-        return max(held, key=lambda n: held[n]), len(calls) + len(held)
-    m = re.search(r"final balance of (\w+)\?", question)
-    assert m
-    return str(tools["balance"](account=m.group(1))), len(calls) + 1
+    held = [tools["balance"](account=name) for name in reads_for(example.prompt)]
+    answer = sum(held) if "total balance" in question else held[0]
+    return str(answer), len(calls) + len(held)
 
 
 def test_registered_and_shaped() -> None:
     family = load_plugins().task_family("ledger")
     assert isinstance(family, TaskFamily)
-    assert (family.name, family.version, family.held_out) == ("ledger", "1.1.0", False)
+    assert (family.name, family.version, family.held_out) == ("ledger", "1.2.0", False)
     assert family.baselines_path().name == "ledger.json"
     with pytest.raises(ValueError):
         family.task_spec("huge")
@@ -110,14 +131,36 @@ def test_dev_and_hidden_eval_are_disjoint(budget: str) -> None:
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_scorer_is_exact(budget: str) -> None:
     for ex in FAMILY.task_spec(budget).dev_examples + FAMILY.hidden_eval(budget)[:40]:
+        assert ex.answer.lstrip("-").isdigit()
         assert FAMILY.score(ex, f"Done. <answer>{ex.answer}</answer>") == 1.0
         assert FAMILY.score(ex, f"{ex.answer}") == 0.0
-        if ex.answer.lstrip("-").isdigit():
-            assert FAMILY.score(ex, f"<answer> {int(ex.answer):,} </answer>") == 1.0
-            assert FAMILY.score(ex, f"<answer>{int(ex.answer) + 1}</answer>") == 0.0
+        assert FAMILY.score(ex, f"<answer> +{int(ex.answer):,} </answer>") == 1.0
+        assert FAMILY.score(ex, f"<answer>{int(ex.answer) + 1}</answer>") == 0.0
+        assert FAMILY.score(ex, "<answer>nobody</answer>") == 0.0
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_every_question_needs_the_hidden_balances(budget: str) -> None:
+    """Full asks one account's final balance or the total across all accounts (a new one included);
+    the "richest" (a name listed in the prompt) and "refused" (a small count) questions are gone."""
+    examples = FAMILY.hidden_eval(budget) + FAMILY.task_spec(budget).dev_examples
+    kinds = {ex.info["question"]["kind"] for ex in examples}
+    assert kinds == set(DIFFICULTY[budget].questions)
+    assert kinds == ({"balance"} if budget == "fast" else {"balance", "total"})
+    assert set(QUESTIONS) == {"balance", "total"}
+    for ex in examples:
+        held = final_balances(ex.info)
+        if ex.info["question"]["kind"] == "total":
+            assert ex.answer == str(sum(held.values()))
+            assert "total balance across all accounts" in ex.prompt.splitlines()[-1]
         else:
-            assert FAMILY.score(ex, f"<answer>Account {ex.answer.upper()}.</answer>") == 1.0
-            assert FAMILY.score(ex, "<answer>nobody</answer>") == 0.0
+            assert ex.answer == str(held[ex.info["question"]["account"]])
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_a_tool_free_guess_stays_under_the_guess_floor(budget: str) -> None:
+    problems = failed(check_family(FAMILY, (budget,), ("guess floor",)))
+    assert not problems, problems
 
 
 def test_tool_schemas_match_the_implementations() -> None:
@@ -216,12 +259,28 @@ def test_reference_env_rollout_state_and_rubric(tmp_path: Path) -> None:
             call = _assistant_call(op, args, i)
             completion.append(call)
             completion += asyncio.run(env.env_response([call], state))
+        steps_only, n = list(completion), len(ex.info["steps"])
+        reads = reads_for(ex.prompt) if ex.info["question"]["kind"] == "total" else []
+        for j, account in enumerate(reads):  # a total's reads of every final balance earn credit too
+            call = _assistant_call("balance", {"account": account}, 50 + j)
+            completion.append(call)
+            completion += asyncio.run(env.env_response([call], state))
+        read_msgs = completion[len(steps_only) :]
         name = info["world"]["accounts"][0]["name"]
         probe_call = _assistant_call("balance", {"account": name}, 99)
         fresh = asyncio.run(env.env_response([probe_call], other))
         assert fresh[0].content == str(info["world"]["accounts"][0]["balance"])
         assert info == ex.info
         assert module.correct_steps(completion, info) == 0.5  # all steps right, never answered
+        assert module.correct_steps(steps_only, info) == pytest.approx(0.5 * n / (n + len(reads)))
+        if reads:  # reads before the instructions are done, repeated or wrong ones earn nothing
+            only_steps = module.correct_steps(steps_only, info)
+            assert module.correct_steps(read_msgs + steps_only, info) == only_steps
+            repeated = steps_only + read_msgs[:2] * len(reads)
+            assert module.correct_steps(repeated, info) == pytest.approx(0.5 * (n + 1) / (n + len(reads)))
+            wrong = read_msgs[3].model_copy(update={"content": str(int(read_msgs[3].content) + 1)})
+            one_right = [*steps_only, *read_msgs[:2], read_msgs[2], wrong]  # reads[1] comes back wrong
+            assert module.correct_steps(one_right, info) == pytest.approx(0.5 * (n + 1) / (n + len(reads)))
         completion.append(vf.AssistantMessage(content=f"<answer>{ex.answer}</answer>"))
         assert module.correct_answer(completion, ex.answer) == 1.0
         assert module.correct_steps(completion, info) == 1.0

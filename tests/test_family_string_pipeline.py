@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,15 @@ from family_helpers import (
     assert_reference_job_within_bounds,
     assert_schemas_match,
     assert_split_sized_and_disjoint,
+    load_env_module,
     probe_reference_job,
+    write_reference_job,
 )
 
+from metatrain.conformance import check_family, failed
 from metatrain.specs import Example
 from metatrain_families.string_pipeline import DIFFICULTY, StringPipeline
-from metatrain_families.string_pipeline.generator import generate_example
+from metatrain_families.string_pipeline.generator import Difficulty, generate_example
 from metatrain_families.string_pipeline.tools import TOOLS
 
 FAMILY = StringPipeline()
@@ -87,3 +91,38 @@ def test_reference_job_parses_within_bounds(budget: str) -> None:
 def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
     scores = probe_reference_job(FAMILY, budget, tmp_path)
     assert set(scores["intermediate_progress"]) == {0.0}
+
+
+def assert_not_readable_from_the_prompt(start: str, prompt: str, answer: str) -> None:
+    assert answer != start, prompt
+    assert answer not in prompt, (answer, prompt)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_no_answer_is_the_start_string_or_part_of_the_prompt(budget: str) -> None:
+    """Identity pipelines ("reverse it; then reverse it", uppercase then lowercase) and answers that
+    occur in the prompt are redrawn: answering a word of the prompt never scores."""
+    examples = [*FAMILY.hidden_eval(budget), *FAMILY.task_spec(budget).dev_examples]
+    rng = random.Random(7)
+    examples += [generate_example(rng, DIFFICULTY[budget], f"x{i}") for i in range(500)]
+    tight = random.Random(8)  # short strings over two letters: identities are common, all redrawn
+    examples += [generate_example(tight, Difficulty(2, (3, 4), alphabet=2), f"t{i}") for i in range(300)]
+    for ex in examples:
+        assert_not_readable_from_the_prompt(ex.info["world"]["input"], ex.prompt, ex.answer)
+        assert ex.info["intermediates"][-1] == ex.answer
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_reference_env_mirrors_the_generator(budget: str, tmp_path: Path) -> None:
+    env = load_env_module(write_reference_job(FAMILY, budget, tmp_path), f"string_pipeline_env_{budget}")
+    for seed in range(40):
+        row = env._example(random.Random(seed))
+        ex = generate_example(random.Random(seed), DIFFICULTY[budget], "x")
+        assert (row["question"], row["answer"]) == (ex.prompt, ex.answer)
+        assert row["info"]["intermediates"] == ex.info["intermediates"]
+        assert_not_readable_from_the_prompt(ex.info["world"]["input"], row["question"], row["answer"])
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_a_tool_free_guess_stays_under_the_guess_floor(budget: str) -> None:
+    assert not failed(check_family(FAMILY, (budget,), ("guess floor",)))

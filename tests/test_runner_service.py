@@ -387,7 +387,12 @@ def test_result_and_artifacts(served: Served, tmp_path: Path) -> None:
     assert Path("train/model/model.safetensors") in rel
     for p in files_under(full):
         assert p.read_bytes() == (result_dir / p.relative_to(full)).read_bytes()
-    assert list((served.host.work_dir / "tmp").iterdir()) == []  # the archive was cleaned up
+    # the archive is removed by a background task after the body is sent, so allow it a moment
+    tmp = served.host.work_dir / "tmp"
+    deadline = time.monotonic() + 10
+    while list(tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp.iterdir()) == []
 
 
 def test_an_executor_crash_is_recorded_as_died(served: Served, tmp_path: Path) -> None:

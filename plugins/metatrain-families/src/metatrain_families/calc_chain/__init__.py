@@ -30,7 +30,7 @@ class Difficulty:
     multiply_weight: float = 1.0
 
 
-DIFFICULTY = {"fast": Difficulty(2, (2, 30), (2, 12)), "full": Difficulty(3, (2, 60), (2, 20))}
+DIFFICULTY = {"fast": Difficulty(2, (2, 30), (2, 12)), "full": Difficulty(2, (2, 60), (2, 20))}
 
 
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
@@ -63,7 +63,7 @@ class CalcChain(GeneratedFamily[Difficulty]):
     """The calc_chain task family."""
 
     name: str = "calc_chain"
-    version: str = "1.1.0"
+    version: str = "1.2.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

@@ -1,4 +1,5 @@
-"""dispatch: route a support ticket by ordered rules, from facts fetched through dependent tool calls."""
+"""dispatch: route several support tickets by one list of ordered rules, from facts fetched through
+dependent tool calls."""
 
 from __future__ import annotations
 
@@ -6,19 +7,27 @@ import attrs
 
 from metatrain.specs import Example
 from metatrain_families.common import GeneratedFamily, extract_answer
-from metatrain_families.dispatch.generator import QUEUES, Difficulty, generate_example
+from metatrain_families.dispatch.generator import QUEUES, Difficulty, answer_template, generate_example
 from metatrain_families.dispatch.tools import TOOLS
 
 SYSTEM_PROMPT = (
-    "You route support tickets. Fetch the facts the routing rules need with the provided tools (the "
-    "ticket first, then its customer, then the SLA of the customer's tier if a rule needs it), apply "
-    "the rules in order, and reply with the queue name as <answer>QUEUE</answer>."
+    "You route support tickets. Each request lists several tickets and one list of routing rules. For "
+    "each ticket, fetch the facts the rules need with the provided tools (the ticket first, then its "
+    "customer, then the SLA of the customer's tier if a rule needs it) and apply the rules in order "
+    "(the first match wins). Reply with one queue name per ticket, in the order the tickets are "
+    "listed, separated by commas: <answer>QUEUE_1, QUEUE_2, QUEUE_3</answer> for three tickets."
 )
 DIFFICULTY = {
-    "fast": Difficulty(n_tickets=3, n_rules=3, max_clauses=1, use_sla=False),
-    "full": Difficulty(n_tickets=4, n_rules=4, max_clauses=2, use_sla=True),
+    "fast": Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
+    "full": Difficulty(n_tickets=5, n_route=3, n_rules=4, max_clauses=2, use_sla=True),
 }
-MAX_TOKENS = 128
+MAX_TOKENS = 192
+"""Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
+
+
+def answer_queues(text: str) -> list[str]:
+    """An answer's queues: split on commas, each part stripped of surrounding whitespace."""
+    return [part.strip() for part in text.split(",")]
 
 
 @attrs.frozen
@@ -26,7 +35,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
     """The dispatch task family."""
 
     name: str = "dispatch"
-    version: str = "1.1.0"
+    version: str = "1.2.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY
@@ -34,8 +43,10 @@ class Dispatch(GeneratedFamily[Difficulty]):
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT
     answer_format = (
-        "<answer>QUEUE</answer> with QUEUE a queue name exactly as the rules write it "
-        "(case-sensitive; surrounding whitespace stripped)"
+        "<answer>QUEUE_1, QUEUE_2, ...</answer>: one queue per ticket to route, in the order the prompt "
+        "lists the tickets, separated by commas. The last <answer> block is split on commas and each "
+        "part stripped of surrounding whitespace; the list must equal the expected queues exactly "
+        "(same length and order; queue names case-sensitive, as the rules write them). All or nothing."
     )
     max_tokens = MAX_TOKENS
     templates = __name__
@@ -43,14 +54,19 @@ class Dispatch(GeneratedFamily[Difficulty]):
     def describe(self, d: Difficulty) -> str:
         sla = ", or the SLA response hours of the customer's tier" if d.use_sla else ""
         return (
-            "Teach a small model to route a support ticket to a queue. Each prompt names a ticket id "
-            f"and lists {d.n_rules} routing rules checked in order (first match wins) plus a default. "
-            f"Rules have up to {d.max_clauses} condition(s) on the ticket's category, severity or "
-            f"channel, the customer's tier or region{sla}. Rules, queue names and the world (tickets, "
-            "customers, SLAs) are generated afresh per example; the facts are reachable only through "
-            "the tools (get_ticket gives the customer id, get_customer the tier). The model replies "
-            "<answer>QUEUE</answer>; scoring is exact match after stripping surrounding whitespace. "
-            f"Queue names come from: {', '.join(QUEUES)}."
+            f"Teach a small model to route support tickets to queues. Each prompt names {d.n_route} "
+            f"ticket ids and lists {d.n_rules} routing rules checked in order (first match wins) plus a "
+            "default; every ticket is routed by the same rules. Rules have up to "
+            f"{d.max_clauses} condition(s) on the ticket's category, severity or channel, the "
+            f"customer's tier or region{sla}. Rules, queue names and the world ({d.n_tickets} tickets "
+            "with their customers, and the SLAs) are generated afresh per example; the facts are "
+            "reachable only through the tools (get_ticket gives the customer id, get_customer the "
+            "tier), and for each ticket the matching rule is uniform over the rules and the default, "
+            "independently of the other tickets, so guessing scores about "
+            f"{(d.n_rules + 1) ** -d.n_route:.3f}. The model replies "
+            f"<answer>{answer_template(d.n_route)}</answer> in the tickets' order; scoring is all or "
+            "nothing: the last answer block split on commas, each part stripped, must equal the "
+            f"expected list exactly. Queue names come from: {', '.join(QUEUES)}."
         )
 
     def max_turns(self, d: Difficulty) -> int:
@@ -62,12 +78,15 @@ class Dispatch(GeneratedFamily[Difficulty]):
     def env_values(self, d: Difficulty) -> dict[str, object]:
         return {
             "n_tickets": d.n_tickets,
+            "n_route": d.n_route,
             "n_rules": d.n_rules,
             "max_clauses": d.max_clauses,
             "use_sla": d.use_sla,
         }
 
     def score(self, example: Example, final_text: str) -> float:
-        """Exact match of the last <answer> block, surrounding whitespace stripped."""
+        """All or nothing: the last <answer> block is split on commas and each part stripped of
+        surrounding whitespace; that list must equal the expected queues (the example's answer,
+        normalised the same way) exactly: same length, same order, queue names case-sensitive."""
         got = extract_answer(final_text)
-        return 1.0 if got is not None and got.strip() == example.answer else 0.0
+        return 1.0 if got is not None and answer_queues(got) == answer_queues(example.answer) else 0.0

@@ -1,7 +1,17 @@
-"""dispatch's example generator: a support-desk world, ordered routing rules, and one ticket to route."""
+"""dispatch's example generator: a support-desk world, one list of ordered routing rules, and
+several of the world's tickets to route by it.
+
+Why the outcome cannot be guessed: the rules (and the SLA table) are drawn without looking at any
+ticket, then each routed ticket's deciding facts are drawn conditioned on a target outcome chosen
+uniformly and independently per ticket. So for every routed ticket the matching rule (or the
+default) is uniform over the ``n_rules + 1`` outcomes, independent of the other tickets and of
+anything the prompt says; a tool-free guess of the whole answer is right with probability
+``(n_rules + 1) ** -n_route`` (1/64 on ``fast``, 1/125 on ``full``).
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from typing import Any
@@ -36,8 +46,18 @@ VALUES: dict[str, tuple[str, ...]] = {
     "ticket.channel": CHANNELS,
     "customer.tier": TIERS,
     "customer.region": REGIONS,
-    "sla.response_hours": tuple(str(h) for h in HOURS),
+    "sla.response_hours": tuple(str(h) for h in HOURS[:-1]),
 }
+"""The values a rule's clause may test ("at most 72 hours" would always hold, so it is left out)."""
+FACTS: dict[str, tuple[Any, ...]] = {
+    "ticket.category": CATEGORIES,
+    "ticket.severity": (1, 2, 3, 4),
+    "ticket.channel": CHANNELS,
+    "customer.tier": TIERS,
+    "customer.region": REGIONS,
+}
+"""The facts drawn per ticket (uniform, independent); the SLA's response hours follow the tier."""
+MAX_RULE_DRAWS = 1000
 
 
 @attrs.frozen
@@ -45,59 +65,82 @@ class Difficulty:
     """Knobs of the generator."""
 
     n_tickets: int
-    """Tickets (and their customers) in the world; all but one are distractors."""
+    """Tickets (and their customers) in the world; all but ``n_route`` are distractors."""
+    n_route: int
+    """Tickets the prompt asks to route, all by the same rules; the answer lists their queues."""
     n_rules: int
     max_clauses: int
     use_sla: bool
     """Whether rules may test the SLA of the customer's tier (a third, dependent lookup)."""
 
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.n_route <= self.n_tickets:
+            raise ValueError(f"need 1 <= n_route <= n_tickets, got {self.n_route} and {self.n_tickets}")
+        if not 1 <= self.n_rules < len(QUEUES):
+            raise ValueError(f"n_rules must be 1..{len(QUEUES) - 1}, got {self.n_rules}")
+        if self.max_clauses < 1:
+            raise ValueError(f"max_clauses must be at least 1, got {self.max_clauses}")
+
     @property
-    def max_lookups(self) -> int:
+    def lookups_per_ticket(self) -> int:
+        """Records one routed ticket may need: the ticket, its customer and (with SLAs) the tier's SLA."""
         return 3 if self.use_sla else 2
 
-
-def make_world(rng: random.Random, n_tickets: int) -> dict[str, Any]:
-    """Tickets, one customer per ticket, and an SLA per tier (response hours drawn per world)."""
-    tickets, customers = [], []
-    ticket_ids = rng.sample(range(1000, 10000), n_tickets)
-    customer_ids = rng.sample(range(100, 1000), n_tickets)
-    for tid, cid in zip(ticket_ids, customer_ids, strict=True):
-        customers.append({"id": f"C-{cid}", "tier": rng.choice(TIERS), "region": rng.choice(REGIONS)})
-        tickets.append(
-            {
-                "id": f"T-{tid}",
-                "customer_id": f"C-{cid}",
-                "category": rng.choice(CATEGORIES),
-                "severity": rng.randint(1, 4),
-                "channel": rng.choice(CHANNELS),
-            }
-        )
-    slas = [{"tier": t, "response_hours": rng.choice(HOURS)} for t in TIERS]
-    return {"tickets": tickets, "customers": customers, "slas": slas}
+    @property
+    def max_lookups(self) -> int:
+        """Tool calls a solver may need for the whole prompt."""
+        return self.n_route * self.lookups_per_ticket
 
 
-def _clause(rng: random.Random, field: str, facts: dict[str, Any], holds: bool) -> dict[str, str] | None:
-    op = FIELDS[field][0]
-    options = [
-        v for v in VALUES[field] if clause_holds({"field": field, "op": op, "value": v}, facts) == holds
-    ]
-    return {"field": field, "op": op, "value": rng.choice(options)} if options else None
+def answer_template(n_route: int) -> str:
+    """The answer's shape as the prompt shows it: ``QUEUE_1, QUEUE_2, QUEUE_3`` for three tickets."""
+    return ", ".join(f"QUEUE_{i + 1}" for i in range(n_route))
 
 
-def _rule(
-    rng: random.Random, d: Difficulty, facts: dict[str, Any], holds: bool, queue: str
-) -> dict[str, Any]:
-    """A rule that matches the facts exactly when ``holds``."""
+def _rule(rng: random.Random, d: Difficulty, queue: str) -> dict[str, Any]:
+    """A rule drawn without looking at any ticket: 1..max_clauses clauses on distinct fields."""
     fields = [f for f in FIELDS if d.use_sla or not f.startswith("sla.")]
-    while True:
-        chosen = rng.sample(fields, rng.randint(1, d.max_clauses))
-        false_at = rng.randrange(len(chosen))
-        clauses = [
-            _clause(rng, f, facts, True if holds else (i != false_at and rng.random() < 0.5))
-            for i, f in enumerate(chosen)
-        ]
-        if all(c is not None for c in clauses):
-            return {"clauses": clauses, "queue": queue}
+    chosen = rng.sample(fields, rng.randint(1, min(d.max_clauses, len(fields))))
+    clauses = [{"field": f, "op": FIELDS[f][0], "value": rng.choice(VALUES[f])} for f in chosen]
+    return {"clauses": clauses, "queue": queue}
+
+
+SPACE = list(itertools.product(*FACTS.values()))
+"""Every combination of the drawn facts, in ``FACTS`` order; a set of them is a bit mask over it."""
+MASKS = {
+    (field, value): sum(1 << i for i, combo in enumerate(SPACE) if combo[pos] == value)
+    for pos, (field, values) in enumerate(FACTS.items())
+    for value in values
+}
+"""(field, value) -> the combinations with that value."""
+
+
+def _clause_mask(clause: dict[str, str], hours: dict[str, int]) -> int:
+    """The combinations for which a clause holds (an SLA clause through the tier's hours)."""
+    if clause["field"] == "sla.response_hours":
+        tiers = [t for t in TIERS if clause_holds(clause, {"sla": {"response_hours": hours[t]}})]
+        return sum(MASKS["customer.tier", t] for t in tiers)
+    kind, key = clause["field"].split(".")
+    values = [v for v in FACTS[clause["field"]] if clause_holds(clause, {kind: {key: v}})]
+    return sum(MASKS[clause["field"], v] for v in values)
+
+
+def first_matches(rules: list[dict[str, Any]], hours: dict[str, int]) -> list[int]:
+    """Per outcome (each rule, then the default), the combinations whose first match it is."""
+    left = (1 << len(SPACE)) - 1
+    groups = []
+    for rule in rules:
+        mask = left
+        for clause in rule["clauses"]:
+            mask &= _clause_mask(clause, hours)
+        groups.append(mask)
+        left &= ~mask
+    return [*groups, left]
+
+
+def members(mask: int) -> list[int]:
+    """The positions in ``SPACE`` of a mask's combinations, in order."""
+    return [k for k, bit in enumerate(bin(mask)[:1:-1]) if bit == "1"]
 
 
 def _lookups(rules: list[dict[str, Any]], facts: dict[str, Any]) -> list[dict[str, str]]:
@@ -112,39 +155,70 @@ def _lookups(rules: list[dict[str, Any]], facts: dict[str, Any]) -> list[dict[st
 
 
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
-    """One routing question; the matching rule's position is uniform over the rules and the default."""
-    world = make_world(rng, d.n_tickets)
-    ticket = rng.choice(world["tickets"])
-    customer = next(c for c in world["customers"] if c["id"] == ticket["customer_id"])
-    sla = next(s for s in world["slas"] if s["tier"] == customer["tier"])
-    facts = {"ticket": ticket, "customer": customer, "sla": sla}
+    """``n_route`` tickets routed by one rule list; each one's matching rule is uniform over the
+    rules and the default, independently of the other tickets."""
+    ticket_ids = rng.sample(range(1000, 10000), d.n_tickets)
+    customer_ids = rng.sample(range(100, 1000), d.n_tickets)
+    slas: list[dict[str, Any]] = [{"tier": t, "response_hours": rng.choice(HOURS)} for t in TIERS]
+    hours = {str(s["tier"]): int(s["response_hours"]) for s in slas}
     queues = rng.sample(QUEUES, d.n_rules + 1)
-    target = rng.randint(0, d.n_rules)
-    rules = [
-        _rule(rng, d, facts, i == target or (i > target and rng.random() < 0.5), queues[i])
-        for i in range(d.n_rules)
-    ]
     default = queues[-1]
-    answer, matched = route(rules, default, facts)
-    if matched != target:
-        raise RuntimeError(f"rule {matched} matched, wanted {target}")
+    for _ in range(MAX_RULE_DRAWS):
+        rules = [_rule(rng, d, q) for q in queues[:-1]]
+        groups = first_matches(rules, hours)
+        if all(groups):  # every rule and the default can be the first match
+            break
+    else:
+        raise RuntimeError(f"no rule list in {MAX_RULE_DRAWS} draws lets every rule match first")
+    routed = rng.sample(range(d.n_tickets), d.n_route)
+    targets = [rng.randint(0, d.n_rules) for _ in routed]
+    drawn = [rng.choice(SPACE) for _ in range(d.n_tickets)]
+    for i, target in zip(routed, targets, strict=True):
+        drawn[i] = SPACE[rng.choice(members(groups[target]))]
+    tickets, customers = [], []
+    for tid, cid, combo in zip(ticket_ids, customer_ids, drawn, strict=True):
+        v = dict(zip(FACTS, combo, strict=True))
+        customers.append({"id": f"C-{cid}", "tier": v["customer.tier"], "region": v["customer.region"]})
+        tickets.append(
+            {
+                "id": f"T-{tid}",
+                "customer_id": f"C-{cid}",
+                "category": v["ticket.category"],
+                "severity": v["ticket.severity"],
+                "channel": v["ticket.channel"],
+            }
+        )
+    world = {"tickets": tickets, "customers": customers, "slas": slas}
+    answers, matches, lookups = [], [], []
+    for i, target in zip(routed, targets, strict=True):
+        sla = next(s for s in slas if s["tier"] == customers[i]["tier"])
+        facts = {"ticket": tickets[i], "customer": customers[i], "sla": sla}
+        queue, matched = route(rules, default, facts)
+        if matched != target:
+            raise RuntimeError(f"rule {matched} matched, wanted {target}")
+        answers.append(queue)
+        matches.append(matched)
+        lookups.append(_lookups(rules[: matched + 1], facts))
+    ids = [tickets[i]["id"] for i in routed]
     lines = [f"{i + 1}. {describe(r)}" for i, r in enumerate(rules)]
     lines.append(f"{len(rules) + 1}. Otherwise, route it to {default}.")
     prompt = (
-        f"Route support ticket {ticket['id']} to a queue. Rules, checked in order (the first rule that "
-        "matches wins):\n" + "\n".join(lines) + "\nLook up the facts you need with the tools and reply "
-        "with the queue name as <answer>QUEUE</answer>."
+        f"Route support tickets {', '.join(ids)} to queues. Rules, checked in order for each ticket (the "
+        "first rule that matches wins):\n" + "\n".join(lines) + "\nLook up the facts you need with the "
+        "tools and reply with one queue per ticket, in the order the tickets are listed, as "
+        f"<answer>{answer_template(d.n_route)}</answer>."
     )
     return Example(
         id=example_id,
         prompt=prompt,
-        answer=answer,
+        answer=", ".join(answers),
         info={
             "world": world,
-            "ticket_id": ticket["id"],
+            "ticket_ids": ids,
             "rules": rules,
             "default": default,
-            "matched_rule": matched,
-            "lookups": _lookups(rules[: matched + 1], facts),
+            "queues": answers,
+            "matched_rules": matches,
+            "lookups": lookups,
         },
     )

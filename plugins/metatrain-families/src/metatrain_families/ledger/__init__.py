@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import attrs
 
 from metatrain.specs import Example
@@ -17,18 +15,8 @@ SYSTEM_PROMPT = (
 )
 DIFFICULTY = {
     "fast": Difficulty(2, 2, (20, 100), (5, 60), refuse_p=0.3, open_p=0.0, questions=("balance",)),
-    "full": Difficulty(
-        2, 4, (20, 150), (5, 120), refuse_p=0.35, open_p=0.5, questions=("balance", "richest", "refused")
-    ),
+    "full": Difficulty(2, 4, (20, 150), (5, 120), refuse_p=0.35, open_p=0.5, questions=("balance", "total")),
 }
-
-
-def normalise_name(text: str | None) -> str | None:
-    """An account-name answer; ignores case, outer spaces and quotes, a final '.', an 'account ' prefix."""
-    if text is None:
-        return None
-    cleaned = text.strip().strip("'\"`.").strip().lower()
-    return re.sub(r"^account\s+", "", cleaned) or None
 
 
 def _max_turns(d: Difficulty) -> int:
@@ -38,8 +26,7 @@ def _max_turns(d: Difficulty) -> int:
 def _describe(d: Difficulty) -> str:
     kinds = {
         "balance": "the final balance of one account",
-        "richest": "which account holds the most at the end",
-        "refused": "how many instructions were refused",
+        "total": "the total balance across all accounts at the end (a newly opened one included)",
     }
     opening = " Some prompts first open a new (empty) account." if d.open_p > 0 else ""
     return (
@@ -48,8 +35,8 @@ def _describe(d: Difficulty) -> str:
         f"({list(d.balance)}) are hidden in the example's world and known only to the tools, and "
         f"{d.n_steps} instructions (amounts in {list(d.amount)}) to carry out in order.{opening} {RULE} "
         f"The question asks {' or '.join(kinds[k] for k in d.questions)}. Tools share one fresh copy of "
-        "the example's world per rollout (info['world']); the answer is <answer>N</answer> for numbers "
-        "(exact integer match) or <answer>NAME</answer> for an account (case-insensitive). Account names "
+        "the example's world per rollout (info['world']); every answer is an integer that needs the "
+        "hidden balances, given as <answer>N</answer> (exact integer match). Account names "
         f"come from {list(NAMES)}; question wordings: {list(QUESTIONS[k] for k in d.questions)}."
     )
 
@@ -59,18 +46,14 @@ class Ledger(GeneratedFamily[Difficulty]):
     """The ledger task family."""
 
     name: str = "ledger"
-    version: str = "1.1.0"
+    version: str = "1.2.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT
-    answer_format = (
-        "<answer>N</answer> with N an integer (commas and a leading + are tolerated), or "
-        "<answer>NAME</answer> with an account name (case-insensitive) when the question asks "
-        "for an account"
-    )
+    answer_format = "<answer>N</answer> with N an integer (commas and a leading + are tolerated)"
     max_tokens = 96
     templates = __name__
 
@@ -98,8 +81,6 @@ class Ledger(GeneratedFamily[Difficulty]):
         }
 
     def score(self, example: Example, final_text: str) -> float:
-        got = extract_answer(final_text)
+        """Exact integer match of the last <answer> block (commas, a leading + and spaces tolerated)."""
         want = normalise_int(example.answer)
-        if want is None:
-            return 1.0 if normalise_name(got) == normalise_name(example.answer) else 0.0
-        return 1.0 if normalise_int(got) == want else 0.0
+        return 1.0 if want is not None and normalise_int(extract_answer(final_text)) == want else 0.0

@@ -25,9 +25,12 @@ RULE = (
 )
 QUESTIONS = {
     "balance": "What is the final balance of {account}? Reply with <answer>N</answer>.",
-    "richest": "Which account holds the most money at the end? Reply with its name as <answer>NAME</answer>.",
-    "refused": "How many of the instructions were refused? Reply with <answer>N</answer>.",
+    "total": (
+        "What is the total balance across all accounts at the end (including any newly opened "
+        "account)? Reply with <answer>N</answer>."
+    ),
 }
+"""Every question's answer is an integer that needs balances only the tools know."""
 BY_NAME = {fn.__name__: fn for fn in TOOLS}
 
 
@@ -45,9 +48,10 @@ class Difficulty:
 
     @property
     def needed_calls(self) -> int:
-        """Tool calls a competent solver needs at most: every instruction, then the balances it reads."""
+        """Tool calls a competent solver needs at most: every instruction, then the balances it reads
+        (a "total" reads every account, a newly opened one included; a "balance" reads one)."""
         accounts = self.n_existing + (1 if self.open_p > 0 else 0)
-        reads = accounts if "richest" in self.questions else 1 if "balance" in self.questions else 0
+        reads = accounts if "total" in self.questions else 1 if "balance" in self.questions else 0
         return self.n_steps + reads
 
 
@@ -120,8 +124,9 @@ def _instruction(step: dict[str, Any]) -> str:
 
 
 def _question(
-    rng: random.Random, kind: str, world: dict[str, Any], state: dict[str, Any], steps: list[dict[str, Any]]
+    rng: random.Random, kind: str, world: dict[str, Any], state: dict[str, Any]
 ) -> tuple[dict[str, str], str] | None:
+    """The question of ``kind`` and its answer, or None when this draw cannot ask it."""
     start = {r["name"]: r["balance"] for r in world["accounts"]}
     final = {r["name"]: r["balance"] for r in state["accounts"]}
     if kind == "balance":
@@ -130,13 +135,9 @@ def _question(
             return None
         name = rng.choice(changed)
         return {"kind": kind, "account": name}, str(final[name])
-    if kind == "richest":
-        top = max(final.values())
-        leaders = [n for n, b in final.items() if b == top]
-        if len(leaders) != 1 or leaders[0] == max(start, key=lambda n: start[n]):
-            return None
-        return {"kind": kind, "account": ""}, leaders[0]
-    return {"kind": kind, "account": ""}, str(sum(1 for s in steps if s["refused"]))
+    if kind == "total":
+        return {"kind": kind, "account": ""}, str(sum(final.values()))
+    raise ValueError(f"unknown question kind {kind!r}")
 
 
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
@@ -153,7 +154,7 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
             credited = any(s["to"] == new or (s["account"] == new and s["op"] == "deposit") for s in steps)
             credit_new = 0 <= open_at < i and not credited
             steps.append(_step(rng, d, state, i == open_at, credit_new, new))
-        asked = _question(rng, kind, world, state, steps)
+        asked = _question(rng, kind, world, state)
         if asked is not None:
             break
     question, answer = asked

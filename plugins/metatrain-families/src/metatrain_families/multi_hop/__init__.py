@@ -16,7 +16,7 @@ SYSTEM_PROMPT = (
 )
 DIFFICULTY = {
     "fast": Difficulty(n_people=8, hops=2, attributes=("name", "city")),
-    "full": Difficulty(n_people=12, hops=3, attributes=("name", "city", "job")),
+    "full": Difficulty(n_people=10, hops=3, attributes=("name", "city")),
 }
 MAX_TOKENS = 64
 
@@ -31,7 +31,7 @@ class MultiHop(GeneratedFamily[Difficulty]):
     """The multi_hop task family."""
 
     name: str = "multi_hop"
-    version: str = "1.2.0"
+    version: str = "1.3.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

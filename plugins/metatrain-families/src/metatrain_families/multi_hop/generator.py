@@ -78,17 +78,24 @@ def question(relations: list[str], start: str, attribute: str) -> str:
 
 
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
-    """One query: the world, the relation path, the people visited and the answer."""
-    world = make_world(rng, d.n_people)
-    by_name = {p["name"]: p for p in world["people"]}
-    start = rng.choice(sorted(by_name))
-    relations = [rng.choice(sorted(RELATIONS)) for _ in range(d.hops)]
+    """One query: the world, the relation path, the people visited and the answer.
+
+    The path never visits a person twice: a path back to a person the prompt names (e.g. the best
+    friend of the best friend of Alice being Alice) would make that name a tool-free guess.
+    """
+    while True:
+        world = make_world(rng, d.n_people)
+        by_name = {p["name"]: p for p in world["people"]}
+        start = rng.choice(sorted(by_name))
+        relations = [rng.choice(sorted(RELATIONS)) for _ in range(d.hops)]
+        chain: list[str] = []
+        person = start
+        for rel in relations:
+            person = by_name[person][rel]
+            chain.append(person)
+        if len({start, *chain}) == d.hops + 1:
+            break
     attribute = rng.choice(d.attributes)
-    chain: list[str] = []
-    person = start
-    for rel in relations:
-        person = by_name[person][rel]
-        chain.append(person)
     answer = person if attribute == "name" else str(by_name[person][attribute])
     prompt = (
         f"{question(relations, start, attribute)} Look up each step with the tools and reply with "

@@ -14,7 +14,7 @@ SYSTEM_PROMPT = (
     "order, feeding each tool's result into the next step. When you have the final string, reply "
     "with <answer>TEXT</answer>."
 )
-DIFFICULTY = {"fast": Difficulty(2, (6, 9)), "full": Difficulty(3, (8, 12))}
+DIFFICULTY = {"fast": Difficulty(2, (6, 9)), "full": Difficulty(2, (8, 12))}
 MAX_TOKENS = 96
 
 
@@ -23,7 +23,7 @@ class StringPipeline(GeneratedFamily[Difficulty]):
     """The string_pipeline task family."""
 
     name: str = "string_pipeline"
-    version: str = "1.1.0"
+    version: str = "1.2.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY
@@ -43,9 +43,10 @@ class StringPipeline(GeneratedFamily[Difficulty]):
             f"string of {d.length[0]}-{d.length[1]} lowercase letters, then {d.n_steps} steps drawn from "
             "reverse, uppercase, lowercase, replace one character with another, keep every k-th "
             "character (k = 2 or 3, starting with the first), rotate left by n, and remove repeated "
-            "characters. Every step changes the string. The model must compute each step with the "
-            "tools and give the final string as <answer>TEXT</answer>; scoring is exact, "
-            "case-sensitive string match after stripping surrounding whitespace."
+            "characters. Every step changes the string, and the final string is never the start "
+            "string nor any part of the prompt text (such pipelines are redrawn). The model must "
+            "compute each step with the tools and give the final string as <answer>TEXT</answer>; "
+            "scoring is exact, case-sensitive string match after stripping surrounding whitespace."
         )
 
     def max_turns(self, d: Difficulty) -> int:

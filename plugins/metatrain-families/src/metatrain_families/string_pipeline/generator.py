@@ -62,23 +62,37 @@ def _step(rng: random.Random, text: str) -> tuple[str, dict[str, Any]]:
             return tool, args
 
 
-def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
-    """One pipeline: the start string, its steps and every intermediate string."""
-    letters = rng.sample(LETTERS, d.alphabet)
-    text = "".join(rng.choice(letters) for _ in range(rng.randint(*d.length)))
-    start = text
-    steps: list[dict[str, Any]] = []
-    intermediates: list[str] = []
-    for _ in range(d.n_steps):
-        tool, args = _step(rng, text)
-        text = TOOL_MAP[tool](text, **args)
-        steps.append({"tool": tool, "args": args})
-        intermediates.append(text)
+def _prompt(start: str, steps: list[dict[str, Any]]) -> str:
     instructions = "; then ".join(describe(s["tool"], s["args"]) for s in steps)
-    prompt = (
+    return (
         f'Start with the string "{start}". In order: {instructions}. '
         "Use the tools for each step and reply with the final string as <answer>TEXT</answer>."
     )
+
+
+def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
+    """One pipeline: the start string, its steps and every intermediate string.
+
+    A pipeline whose final string could be read off the prompt is redrawn, start string included,
+    from the same ``rng``: one that ends on its start string (say "reverse it; then reverse it", or
+    uppercase then lowercase) or whose final string occurs anywhere in the prompt text (a
+    case-sensitive substring check, so it also catches words of the instructions such as "TEXT").
+    Answering a word of the prompt therefore never scores.
+    """
+    while True:
+        letters = rng.sample(LETTERS, d.alphabet)
+        text = "".join(rng.choice(letters) for _ in range(rng.randint(*d.length)))
+        start = text
+        steps: list[dict[str, Any]] = []
+        intermediates: list[str] = []
+        for _ in range(d.n_steps):
+            tool, args = _step(rng, text)
+            text = TOOL_MAP[tool](text, **args)
+            steps.append({"tool": tool, "args": args})
+            intermediates.append(text)
+        prompt = _prompt(start, steps)
+        if text != start and text not in prompt:
+            break
     return Example(
         id=example_id,
         prompt=prompt,

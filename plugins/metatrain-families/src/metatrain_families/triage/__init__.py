@@ -26,7 +26,7 @@ SYSTEM_PROMPT = (
 )
 DIFFICULTY = {
     "fast": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)),
-    "full": Difficulty(n_deps=2, n_other=3, earlier=(1, 2), rollback_p=0.5, questions=("deploy", "team")),
+    "full": Difficulty(n_deps=2, n_other=3, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")),
 }
 
 
@@ -64,7 +64,7 @@ class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
-    version: str = "1.2.0"
+    version: str = "1.3.0"
     held_out: bool = True
 
     difficulty = DIFFICULTY
