@@ -32,7 +32,7 @@ from metatrain.fleet.service import bind, create_app
 from metatrain.jobs import runner as runner_module
 from metatrain.jobs.bundle import make_bundle
 from metatrain.protocols import ProgressFn
-from metatrain.specs import JobResult, TaskSpec, parse_job_toml
+from metatrain.specs import EvalInterface, JobResult, TaskSpec, parse_job_toml
 
 TOKEN = "test-token-" + uuid.uuid4().hex
 SECRET = "eval-secret-" + uuid.uuid4().hex
@@ -57,8 +57,9 @@ def build_bundle(
     (ws / "env.py").write_text(env_text)
     (ws / "job.toml").write_text(JOB_TOML)
     (ws / "data" / "examples.jsonl").write_text('{"q": "1+1", "a": "2"}\n')
-    # make_bundle reads only these four fields; no family plugin needs loading for a bundle
+    # make_bundle reads only these fields; no family plugin needs loading for a bundle
     fields: dict[str, Any] = {"family": "calc_chain", "version": "1.0.0", "budget": "fast", "eval_n": 8}
+    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False)
     spec = TaskSpec.model_construct(**fields)
     return make_bundle(root / f"bundle-{tag}", ws, parse_job_toml(JOB_TOML), spec, job_id, "run-test")
 

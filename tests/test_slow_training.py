@@ -72,6 +72,8 @@ def test_tiny_trl_grpo_run_on_cpu(
 ) -> None:
     summary, out = train_tiny(smollm2, reference_workspace, fast_spec, tmp_path)
     assert summary["steps"] == 1 and summary["stopped_at_deadline"] is False
+    assert summary["trainer_class"] == "FinalTurnGRPOTrainer"
+    assert summary["final_answer_turn"] is fast_spec.eval.final_answer_turn
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[0]["step"] == 1 and "reward" in rows[0]
     from transformers import AutoModelForCausalLM

@@ -37,6 +37,7 @@ def make_bundle(dest: Path, workspace: Path, job: JobFile, spec: TaskSpec, job_i
         files=files,
         created_at=datetime.now().astimezone(),
         metatrain_version=metatrain.__version__,
+        final_answer_turn=spec.eval.final_answer_turn,
     )
     (dest / "bundle.json").write_text(manifest.model_dump_json(indent=2))
     return dest

@@ -68,3 +68,7 @@ class BundleManifest(BaseModel):
     files: dict[str, str] = Field(description="bundle-relative path -> sha256")
     created_at: datetime
     metatrain_version: str
+    final_answer_turn: bool = Field(
+        False,
+        description="The task's EvalInterface.final_answer_turn: training rollouts play the same final turn",
+    )

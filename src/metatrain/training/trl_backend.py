@@ -4,7 +4,9 @@ tool-calling GRPO run. ``train_job`` is the sandbox target; it imports agent cod
 Mapping (DESIGN.md): dataset = ``env.get_dataset()`` (prompts already carry the system prompt);
 tools = ``env.tools``; one TRL reward per rubric function (weights via ``reward_weights``), each
 called with verifiers message objects; ``max_tool_calling_iterations = max_turns - 1``; tool calls
-parsed with the project dialect (``training.dialect``), the same parser the hidden eval uses.
+parsed with the project dialect (``training.dialect``), the same parser the hidden eval uses; with
+the task's ``final_answer_turn`` (carried in the bundle manifest), the last tool round ends in the
+eval's final-answer prompt (``training.final_turn``).
 """
 
 from __future__ import annotations
@@ -146,7 +148,9 @@ def train_job(
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
+
+    from metatrain.training.final_turn import FinalTurnGRPOTrainer
 
     t0 = time.monotonic()
     bundle = Path(bundle_dir)
@@ -174,7 +178,7 @@ def train_job(
     kwargs["reward_weights"] = [w for _, w in funcs]
     writer = _MetricsWriter(out / "metrics.jsonl", table.max_steps)
     callbacks = _callbacks(writer, t0, stop_after_seconds)
-    trainer = GRPOTrainer(
+    trainer = FinalTurnGRPOTrainer(
         model=model,
         reward_funcs=[_trl_reward(f, parser) for f, _ in funcs],
         args=GRPOConfig(**kwargs),
@@ -184,6 +188,7 @@ def train_job(
         tools=[] if stateful else list(env.tools),
         environment_factory=rollout_environment_factory(env) if stateful else None,
         callbacks=callbacks,
+        final_answer_turn=manifest.final_answer_turn,
     )
     guard_training_step(trainer, out / "diverged.json")
     t_train = time.monotonic()
@@ -203,4 +208,6 @@ def train_job(
         "stopped_at_deadline": any(getattr(c, "stopped", False) for c in callbacks),
         "dataset_size": len(dataset),
         "history": history,
+        "final_answer_turn": bool(trainer.final_answer_turn),
+        "trainer_class": type(trainer).__name__,
     }
