@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tiny_tokenizer import tiny_tokenizer
 
 import metatrain
 from metatrain.jobs.bundle import load_bundle, make_bundle
@@ -26,7 +27,6 @@ from trl import GRPOTrainer  # noqa: E402
 from metatrain.training.final_turn import FinalTurnGRPOTrainer  # noqa: E402
 
 MODELS = {"chatml": "smollm2-135m", "gemma": "gemma3-270m"}
-SPECIAL = ["<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "<bos>", "<pad>"]
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
 ANSWER = "<answer>3</answer>"
 
@@ -41,27 +41,6 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def _tiny_tokenizer(style: str) -> Any:
-    """A byte-level tokenizer with the project's ``style`` template (when no model is prepared)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    from metatrain.models import CHAT_TEMPLATES
-
-    vocab = {ch: i for i, ch in enumerate(bytes_to_unicode().values())}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    eos = "<|im_end|>" if style == "chatml" else "<end_of_turn>"
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<bos>", eos_token=eos, pad_token="<pad>"
-    )
-    tok.add_special_tokens({"additional_special_tokens": SPECIAL})
-    tok.chat_template = CHAT_TEMPLATES[style]
-    return tok
-
-
 def _tokenizer(style: str) -> Any:
     """The embedded model's own tokenizer when it is prepared, else a tiny one with its template."""
     from transformers import AutoTokenizer
@@ -69,7 +48,7 @@ def _tokenizer(style: str) -> Any:
     from metatrain.models import model_status
 
     status = model_status(MODELS[style])
-    tok = AutoTokenizer.from_pretrained(status.path) if status.prepared else _tiny_tokenizer(style)
+    tok = AutoTokenizer.from_pretrained(status.path) if status.prepared else tiny_tokenizer(style)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return install_parser(tok)

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 import pytest
+from tiny_tokenizer import tiny_tokenizer
 
 from metatrain.models import (
     CHAT_TEMPLATES,
@@ -52,26 +53,6 @@ CONVERSATION: list[dict[str, Any]] = [
 CALL_BLOCK = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 RESPONSE_BLOCK = "\n<tool_response>\n5\n</tool_response>"
 TOOLS_SECTION_START = "\n\n# Tools\n\nYou may call one or more functions to assist with the user query."
-SPECIAL = ["<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "<bos>", "<pad>"]
-
-
-def tiny_tokenizer(style: str) -> Any:
-    """A byte-level tokenizer (no merges) with both styles' special tokens and ``style``'s template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    vocab = {ch: i for i, ch in enumerate(bytes_to_unicode().values())}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    eos = "<|im_end|>" if style == "chatml" else "<end_of_turn>"
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<bos>", eos_token=eos, pad_token="<pad>"
-    )
-    tok.add_special_tokens({"additional_special_tokens": SPECIAL})
-    tok.chat_template = CHAT_TEMPLATES[style]
-    return tok
 
 
 @pytest.fixture(scope="module")

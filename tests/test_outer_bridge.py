@@ -24,6 +24,7 @@ from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages, trajectory_to_data
 from tinker_cookbook.rl.rollouts import do_single_rollout
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
+from tiny_tokenizer import tiny_tokenizer
 
 from metatrain.episode.tools import AGENT_TOOL_SCHEMAS
 from metatrain.outer.bridge import EpisodeEnv, EpisodeOutcome, Observed, fallback_reward
@@ -42,25 +43,7 @@ USER = {"role": "user", "content": "Your task is in TASK.md."}
 CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "TASK.md"}}\n</tool_call>'
 
 
-def tiny_tokenizer() -> Any:
-    """Byte-level tokenizer (no merges) with ChatML specials and the project's chatml template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    from metatrain.models.templates import chat_template
-
-    vocab = {ch: i for i, ch in enumerate(bytes_to_unicode().values())}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<pad>")
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.chat_template = chat_template("chatml")
-    return tok
-
-
-TOK = tiny_tokenizer()
+TOK = tiny_tokenizer("chatml")
 CODEC = ChatTemplateCodec(TOK)
 IM_END = TOK.convert_tokens_to_ids("<|im_end|>")
 
