@@ -20,10 +20,17 @@ from metatrain.specs import EpisodeResult
 
 
 class EpisodeDisplay:
-    """Turns progress events into rich progress bars and log lines."""
+    """Turns progress events into rich progress bars and log lines.
 
-    def __init__(self, console: Console) -> None:
+    Progress bars draw only on a terminal; where output goes to a file or a pipe (nohup, CI, a pod's
+    log), the same events are written as log lines as they happen: each training step, and each
+    eval at every quarter and at its end.
+    """
+
+    def __init__(self, console: Console, lines: bool | None = None) -> None:
         self.console = console
+        self.lines = not console.is_terminal if lines is None else lines
+        self._eval_logged: dict[str, int] = {}
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("[bold]{task.description}"),
@@ -76,10 +83,22 @@ class EpisodeDisplay:
             label = "pre-eval (hidden)" if key == "pre_eval" else "post-eval (hidden)"
             task = self._task(key, label, data["total"])
             self.progress.update(task, completed=data["done"])
+            if self.lines:
+                self._eval_line(key, label, data["done"], data["total"])
         elif event == "step":
             task = self._task("train", "training (GRPO)", data.get("max_steps"))
             info = f"reward {data['reward']:.3f}" if "reward" in data else ""
             self.progress.update(task, completed=data.get("step", 0), info=info)
+            if self.lines:
+                of = f"/{data['max_steps']}" if data.get("max_steps") else ""
+                log(f"training step {data.get('step', 0)}{of}" + (f": {info}" if info else ""))
+
+    def _eval_line(self, key: str, label: str, done: int, total: int) -> None:
+        """Log an eval's progress once per quarter reached, and at its end."""
+        quarter = 4 if done >= total else (4 * done) // max(total, 1)
+        if quarter > self._eval_logged.get(key, 0):
+            self._eval_logged[key] = quarter
+            self.progress.console.log(f"{label}: {done}/{total}")
 
 
 def _first_line(text: str, limit: int = 160) -> str:
