@@ -444,3 +444,58 @@ def test_torch_and_verifiers_import_inside_sandbox(box: dict[str, Path]) -> None
     result = run(box, "heavy", deny_packages=("nox",))
     assert result.ok, f"{result.error}\n{result.stderr[-3000:]}"
     assert result.value["value"] == 3.0 and result.value["verifiers"] == "verifiers"
+
+
+def test_import_dir_children_include_bundled_libs_and_skip_denied_and_data(tmp_path: Path) -> None:
+    from metatrain.sandbox.policy import _importable_children
+
+    for d in (
+        "okpkg",
+        "okpkg-1.0.dist-info",
+        "numpy.libs",
+        "secretpkg",
+        "secretpkg.libs",
+        ".git",
+        "test-data",
+    ):
+        (tmp_path / d).mkdir()
+    for f in ("mod.py", "ext.cpython-312-x86_64-linux-gnu.so", "layer.pth", "README.txt"):
+        (tmp_path / f).write_text("")
+    names = {p.name for p in _importable_children(tmp_path, ("secretpkg",))}
+    assert names == {
+        "okpkg",
+        "okpkg-1.0.dist-info",
+        "numpy.libs",
+        "mod.py",
+        "ext.cpython-312-x86_64-linux-gnu.so",
+        "layer.pth",
+    }
+
+
+def test_a_layered_environment_imports_numpy_in_the_sandbox(tmp_path: Path) -> None:
+    """A venv whose packages come from another environment through a .pth file (as on a GPU image
+    with its own venv): numpy must load its bundled libraries (numpy.libs) inside the sandbox."""
+    import subprocess
+    import sysconfig
+
+    from metatrain.sandbox.policy import self_import_root
+
+    layer = tmp_path / "layer"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(layer)], check=True)
+    site = Path(sysconfig.get_paths(vars={"base": str(layer), "platbase": str(layer)})["purelib"])
+    (site / "zz_layer.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{self_import_root()}\n")
+    mods, ws = tmp_path / "mods", tmp_path / "ws"
+    mods.mkdir()
+    ws.mkdir()
+    (mods / "uses_numpy.py").write_text("def f():\n    import numpy\n    return float(numpy.ones(3).sum())\n")
+    script = (
+        "import sys\n"
+        "from metatrain.sandbox import SandboxPolicy, run_sandboxed\n"
+        f"policy = SandboxPolicy(writable=({str(ws)!r},), sys_path=({str(mods)!r},))\n"
+        "r = run_sandboxed(policy, 'uses_numpy:f', {})\n"
+        "print(sys.prefix, r.value, r.error)\n"
+    )
+    out = subprocess.run(
+        [str(layer / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split(" ", 2)[:2] == [str(layer), "3.0"], out.stdout[-2000:] + out.stderr[-2000:]

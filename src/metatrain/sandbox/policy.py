@@ -234,7 +234,12 @@ def _python_paths() -> list[Path]:
 
 
 def _importable_children(directory: Path, denied: Iterable[str]) -> list[Path]:
-    """Entries of an import dir that Python imports or reads metadata from (no .git, no tests data)."""
+    """Entries of an import dir that Python imports or reads metadata from (no .git, no tests data).
+
+    That includes auditwheel's ``<dist>.libs`` folders: numpy, scipy and others load their bundled
+    shared libraries from there, so a site-packages reached through a ``.pth`` file (a layered
+    environment) needs them readable.
+    """
     out: list[Path] = []
     try:
         entries = sorted(directory.iterdir())
@@ -245,7 +250,7 @@ def _importable_children(directory: Path, denied: Iterable[str]) -> list[Path]:
         if is_denied_entry(name, denied):
             continue
         if entry.is_dir():
-            if _IDENTIFIER.match(name) or name.endswith((".dist-info", ".egg-info")):
+            if _IDENTIFIER.match(name) or name.endswith((".dist-info", ".egg-info", ".libs")):
                 out.append(entry)
         elif name.endswith((".py", ".so", ".pth")):
             out.append(entry)
