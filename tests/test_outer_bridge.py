@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 import tinker
-import torch
 from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
 from tinker_cookbook.rl.data_processing import assemble_training_data, compute_advantages, trajectory_to_data
 from tinker_cookbook.rl.rollouts import do_single_rollout
 from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup, Transition
-from tiny_tokenizer import tiny_tokenizer
+from tiny_tokenizer import save_tiny_model, tiny_tokenizer
 
 from metatrain.episode.tools import AGENT_TOOL_SCHEMAS
 from metatrain.outer.bridge import EpisodeEnv, EpisodeOutcome, Observed, fallback_reward
@@ -441,25 +440,7 @@ def test_finished_episodes_are_served_after_a_restart_and_requeues_run_afresh(
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-agent")
-    torch.manual_seed(0)
-    kw: dict[str, Any] = dict(
-        vocab_size=len(TOK),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        eos_token_id=IM_END,
-        pad_token_id=TOK.pad_token_id,
-        bos_token_id=None,
-    )
-    LlamaForCausalLM(LlamaConfig(**kw)).save_pretrained(path)
-    TOK.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-agent"), TOK)
 
 
 TRAIN_SCRIPT = """

@@ -26,3 +26,26 @@ def tiny_tokenizer(style: str) -> Any:
     tok.add_special_tokens({"additional_special_tokens": SPECIAL})
     tok.chat_template = CHAT_TEMPLATES[style]
     return tok
+
+
+def save_tiny_model(path: Any, tok: Any, seed: int = 0) -> Any:
+    """Save a 2-layer random Llama with ``tok``'s vocabulary, and ``tok``, to ``path``; return ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        eos_token_id=tok.convert_tokens_to_ids(tok.eos_token),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

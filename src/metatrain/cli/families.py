@@ -1,12 +1,15 @@
-"""``metatrain families`` and ``metatrain check-family``."""
+"""``metatrain families``, ``metatrain check-family`` and ``metatrain transcripts``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 
@@ -65,6 +68,91 @@ def check_family(
         raise typer.Exit(1)
 
 
+def default_model(family: Any, budget: str) -> str:
+    """The allowed model with the best frozen baseline; the first allowed one without baselines."""
+    from metatrain.baselines import StaleBaselinesError, load_baselines
+
+    allowed = list(family.task_spec(budget).bounds.models)
+    try:
+        entry = load_baselines(family, budget, allowed)
+    except StaleBaselinesError:
+        return allowed[0]
+    return max(allowed, key=lambda key: entry.models[key].score)
+
+
+def _show_message(message: dict[str, Any], width: int) -> str:
+    text = str(message.get("content") or "")
+    calls = [
+        f"{c['function']['name']}({json.dumps(c['function'].get('arguments'), sort_keys=True)})"
+        for c in message.get("tool_calls") or []
+    ]
+    line = " ".join(filter(None, [text.replace("\n", " ⏎ "), *(f"→ {c}" for c in calls)]))
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def transcripts(
+    name: Annotated[str, typer.Argument(help="Registered family name")],
+    budget: Annotated[str, typer.Option(help="fast or full")] = "full",
+    model: Annotated[
+        str | None,
+        typer.Option(help="Embedded model key or a model folder (default: the best baseline model)"),
+    ] = None,
+    n: Annotated[int, typer.Option(min=1, help="How many dev examples to play")] = 5,
+    device: Annotated[str, typer.Option()] = "cpu",
+    width: Annotated[int, typer.Option(min=40, help="Characters shown per message")] = 240,
+    out: Annotated[Path | None, typer.Option(help="Also write one JSON line per example")] = None,
+) -> None:
+    """Play an untrained model on a family's dev examples, as the hidden eval plays, and show the
+    conversations: what it calls, what it answers, what the scorer gives. Never the hidden eval."""
+    from metatrain.models import prepare_model
+    from metatrain.plugins import PluginError, load_plugins
+    from metatrain.training.evaluation import eval_dtype, load_model, play
+
+    try:
+        family = load_plugins().task_family(name)
+    except PluginError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    if budget not in ("fast", "full"):
+        console.print(f"[red]error:[/] budget must be fast or full, got {budget!r}")
+        raise typer.Exit(2)
+    examples = list(family.task_spec(budget).dev_examples)[:n]
+    key = model or default_model(family, budget)
+    model_dir = Path(key) if Path(key).is_dir() else prepare_model(key)
+    console.print(f"{name} {budget}: {len(examples)} dev examples, model {key}, {device}")
+    lm, tokenizer = load_model(model_dir, device, eval_dtype(budget, device))
+    rollouts = play(family, budget, examples, lm, tokenizer, batch_size=len(examples))
+    rows = []
+    for ex, r in zip(examples, rollouts, strict=True):
+        score = family.score(ex, r.final_text)
+        console.rule(f"{ex.id}  answer {ex.answer!r}  score {score:.2f}  tool calls {r.tool_calls}")
+        for m in r.messages[1:]:
+            console.print(Text.assemble((m["role"], "bold"), ": ", _show_message(m, width)), highlight=False)
+        rows.append(
+            {
+                "id": ex.id,
+                "answer": ex.answer,
+                "score": score,
+                "tool_calls": r.tool_calls,
+                "tool_errors": r.tool_errors,
+                "malformed": r.malformed,
+                "final_text": r.final_text,
+                "messages": r.messages,
+            }
+        )
+    total = len(rows)
+    console.print(
+        f"score {sum(x['score'] for x in rows) / total:.2f}, tool calls per rollout "
+        f"{sum(x['tool_calls'] for x in rows) / total:.1f}, malformed per rollout "
+        f"{sum(x['malformed'] for x in rows) / total:.1f} ({total} dev examples)"
+    )
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(x, default=str) + "\n" for x in rows))
+        console.print(f"wrote {out}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("families")(families)
     app.command("check-family")(check_family)
+    app.command("transcripts")(transcripts)

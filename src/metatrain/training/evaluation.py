@@ -99,23 +99,20 @@ def score_rollouts(family: TaskFamily, examples: list[Example], rollouts: list[A
     )
 
 
-def evaluate(
+def play(
     family: TaskFamily,
     budget: str,
-    model_dir: Path,
-    device: str = "cpu",
+    examples: list[Example],
+    model: Any,
+    tokenizer: Any,
     batch_size: int = 64,
-    limit: int | None = None,
     on_progress: Any = None,
-) -> EvalReport:
-    """Greedy-decode the hidden eval and score it with the family's scorer."""
+) -> list[Any]:
+    """Greedy-play ``examples`` as the hidden eval does: its system prompt, tools, turn and token caps."""
     from metatrain.training.rollout import run_rollouts
 
-    t0 = time.monotonic()
     spec = family.task_spec(budget)
-    examples = family.hidden_eval(budget)[:limit] if limit else family.hidden_eval(budget)
-    model, tokenizer = load_model(model_dir, device, eval_dtype(budget, device))
-    rollouts = run_rollouts(
+    return run_rollouts(
         model,
         tokenizer,
         [eval_conversation(spec, ex) for ex in examples],
@@ -127,6 +124,22 @@ def evaluate(
         on_batch=on_progress,
         final_answer_turn=spec.eval.final_answer_turn,
     )
+
+
+def evaluate(
+    family: TaskFamily,
+    budget: str,
+    model_dir: Path,
+    device: str = "cpu",
+    batch_size: int = 64,
+    limit: int | None = None,
+    on_progress: Any = None,
+) -> EvalReport:
+    """Greedy-decode the hidden eval and score it with the family's scorer."""
+    t0 = time.monotonic()
+    examples = family.hidden_eval(budget)[:limit] if limit else family.hidden_eval(budget)
+    model, tokenizer = load_model(model_dir, device, eval_dtype(budget, device))
+    rollouts = play(family, budget, examples, model, tokenizer, batch_size, on_progress)
     return score_rollouts(family, examples, rollouts, t0)
 
 
