@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from metatrain.cli.app import app
 from metatrain.cli.families import default_model
+from metatrain.models import EMBEDDED_MODELS
 from metatrain.plugins import load_plugins
 
 
@@ -53,3 +54,5 @@ def test_transcripts_rejects_unknown_family_and_budget(tiny_dir: Path) -> None:
 def test_default_model_is_the_best_baseline() -> None:
     family = load_plugins().task_family("calc_chain")
     assert default_model(family, "full") == "qwen2.5-coder-0.5b"  # 0.095 against 0.000 and 0.000
+    fast = family.task_spec("fast").bounds.models  # every fast baseline is 0: the largest allowed model
+    assert default_model(family, "fast") == max(fast, key=lambda k: EMBEDDED_MODELS[k].params)

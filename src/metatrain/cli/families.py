@@ -69,15 +69,22 @@ def check_family(
 
 
 def default_model(family: Any, budget: str) -> str:
-    """The allowed model with the best frozen baseline; the first allowed one without baselines."""
+    """The allowed model with the best frozen baseline, ties (and missing baselines) going to the
+    larger model: the one most likely to show what the task asks of a model."""
     from metatrain.baselines import StaleBaselinesError, load_baselines
+    from metatrain.models import EMBEDDED_MODELS
 
     allowed = list(family.task_spec(budget).bounds.models)
     try:
-        entry = load_baselines(family, budget, allowed)
+        scores = {k: e.score for k, e in load_baselines(family, budget, allowed).models.items()}
     except StaleBaselinesError:
-        return allowed[0]
-    return max(allowed, key=lambda key: entry.models[key].score)
+        scores = {}
+
+    def size(key: str) -> int:
+        model = EMBEDDED_MODELS.get(key)
+        return model.params if model else 0
+
+    return max(allowed, key=lambda key: (scores.get(key, 0.0), size(key)))
 
 
 def _show_message(message: dict[str, Any], width: int) -> str:
