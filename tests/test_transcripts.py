@@ -26,15 +26,13 @@ def test_transcripts_plays_dev_examples_and_writes_one_line_each(tiny_dir: Path,
     res = CliRunner().invoke(app, [*args, "--out", str(out), "--width", "80"])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    dev = load_plugins().task_family("calc_chain").task_spec("fast").dev_examples[:2]
+    spec = load_plugins().task_family("calc_chain").task_spec("fast")
+    dev = spec.dev_examples[:2]
     assert [r["id"] for r in rows] == [ex.id for ex in dev]
     assert [r["answer"] for r in rows] == [ex.answer for ex in dev]
     for r, ex in zip(rows, dev, strict=True):
         assert r["messages"][:2] == [
-            {
-                "role": "system",
-                "content": load_plugins().task_family("calc_chain").task_spec("fast").eval.system_prompt,
-            },
+            {"role": "system", "content": spec.eval.system_prompt},
             {"role": "user", "content": ex.prompt},
         ]
         assert r["messages"][2]["role"] == "assistant"

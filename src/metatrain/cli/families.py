@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -113,7 +114,7 @@ def transcripts(
     conversations: what it calls, what it answers, what the scorer gives. Never the hidden eval."""
     from metatrain.models import prepare_model
     from metatrain.plugins import PluginError, load_plugins
-    from metatrain.training.evaluation import eval_dtype, load_model, play
+    from metatrain.training.evaluation import eval_dtype, load_model, play, score_rollouts
 
     try:
         family = load_plugins().task_family(name)
@@ -127,11 +128,12 @@ def transcripts(
     key = model or default_model(family, budget)
     model_dir = Path(key) if Path(key).is_dir() else prepare_model(key)
     console.print(f"{name} {budget}: {len(examples)} dev examples, model {key}, {device}")
+    t0 = time.monotonic()
     lm, tokenizer = load_model(model_dir, device, eval_dtype(budget, device))
     rollouts = play(family, budget, examples, lm, tokenizer, batch_size=len(examples))
+    report = score_rollouts(family, examples, rollouts, t0)
     rows = []
-    for ex, r in zip(examples, rollouts, strict=True):
-        score = family.score(ex, r.final_text)
+    for ex, r, score in zip(examples, rollouts, report.scores, strict=True):
         console.rule(f"{ex.id}  answer {ex.answer!r}  score {score:.2f}  tool calls {r.tool_calls}")
         for m in r.messages[1:]:
             console.print(Text.assemble((m["role"], "bold"), ": ", _show_message(m, width)), highlight=False)
@@ -147,11 +149,9 @@ def transcripts(
                 "messages": r.messages,
             }
         )
-    total = len(rows)
     console.print(
-        f"score {sum(x['score'] for x in rows) / total:.2f}, tool calls per rollout "
-        f"{sum(x['tool_calls'] for x in rows) / total:.1f}, malformed per rollout "
-        f"{sum(x['malformed'] for x in rows) / total:.1f} ({total} dev examples)"
+        f"score {report.score:.2f}, tool calls per rollout {report.tool_calls_per_rollout:.1f}, "
+        f"malformed per rollout {report.malformed_per_rollout:.1f} ({report.n} dev examples)"
     )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
