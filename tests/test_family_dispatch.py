@@ -80,16 +80,16 @@ def test_registered_versioned_and_knobs() -> None:
     from metatrain.plugins import load_plugins
 
     family = load_plugins().task_family("dispatch")
-    assert (family.name, family.version, family.held_out) == ("dispatch", "1.2.0", False)
+    assert (family.name, family.version, family.held_out) == ("dispatch", "1.3.0", False)
     assert DIFFICULTY["fast"] == Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False)
-    assert DIFFICULTY["full"] == Difficulty(n_tickets=5, n_route=3, n_rules=4, max_clauses=2, use_sla=True)
+    assert DIFFICULTY["full"] == Difficulty(n_tickets=5, n_route=3, n_rules=3, max_clauses=1, use_sla=False)
     with pytest.raises(ValueError, match="n_route"):
         Difficulty(n_tickets=2, n_route=3, n_rules=3, max_clauses=1, use_sla=False)
     for budget in BUDGETS:
         spec = FAMILY.task_spec(budget)
         assert "3 ticket ids" in spec.description and "QUEUE_1, QUEUE_2, QUEUE_3" in spec.description
         assert "split on commas" in spec.eval.answer_format
-    assert "QUEUE_1, QUEUE_2, QUEUE_3" in SYSTEM_PROMPT
+    assert "QUEUE_" not in SYSTEM_PROMPT and "inside <answer></answer> tags" in SYSTEM_PROMPT
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
@@ -120,7 +120,8 @@ def test_each_prompt_routes_several_tickets_of_a_larger_world(budget: str) -> No
         assert named == [*(r["queue"] for r in ex.info["rules"]), ex.info["default"]]
         assert len(set(named)) == d.n_rules + 1
         assert ex.answer == ", ".join(ex.info["queues"]) and len(ex.info["lookups"]) == d.n_route
-        assert ex.prompt.rstrip().endswith("<answer>QUEUE_1, QUEUE_2, QUEUE_3</answer>.")
+        assert "QUEUE_" not in ex.prompt, "a placeholder in the prompt is copied instead of answered"
+        assert ex.prompt.endswith(f"inside <answer></answer> tags. Start now: call get_ticket for {ids[0]}.")
 
 
 def test_the_matching_rule_is_spread_over_positions() -> None:
@@ -129,9 +130,11 @@ def test_the_matching_rule_is_spread_over_positions() -> None:
         positions = Counter(e.info["matched_rules"][pos] for e in hidden)
         assert set(positions) == set(range(DIFFICULTY["full"].n_rules + 1))
         assert max(positions.values()) < 0.35 * len(hidden)
-    assert any(item["kind"] == "sla" for e in hidden for t in e.info["lookups"] for item in t)
-    fast = FAMILY.hidden_eval("fast")
-    assert not any(c["field"].startswith("sla.") for e in fast for r in e.info["rules"] for c in r["clauses"])
+    for budget in BUDGETS:
+        examples = FAMILY.hidden_eval(budget)
+        clauses = [c for e in examples for r in e.info["rules"] for c in r["clauses"]]
+        uses_sla = any(c["field"].startswith("sla.") for c in clauses)
+        assert uses_sla == DIFFICULTY[budget].use_sla
 
 
 def blind_guess_scores(d: Difficulty, n: int = 2000, seed: int = 11) -> dict[str, float]:

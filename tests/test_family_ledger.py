@@ -60,7 +60,7 @@ def parse_prompt(prompt: str) -> tuple[list[str], list[tuple[str, dict[str, Any]
                 if "amount" in args:
                     args["amount"] = int(args["amount"])
                 calls.append((op, args))
-    question = prompt.splitlines()[-1]
+    question = next(line for line in prompt.splitlines() if line.startswith("Question: "))
     return existing.group(1).split(", "), calls, question
 
 
@@ -110,7 +110,7 @@ def solve(family: Ledger, example: Example) -> tuple[str, int]:
 def test_registered_and_shaped() -> None:
     family = load_plugins().task_family("ledger")
     assert isinstance(family, TaskFamily)
-    assert (family.name, family.version, family.held_out) == ("ledger", "1.2.0", False)
+    assert (family.name, family.version, family.held_out) == ("ledger", "1.3.0", False)
     assert family.baselines_path().name == "ledger.json"
     with pytest.raises(ValueError):
         family.task_spec("huge")
@@ -152,7 +152,7 @@ def test_every_question_needs_the_hidden_balances(budget: str) -> None:
         held = final_balances(ex.info)
         if ex.info["question"]["kind"] == "total":
             assert ex.answer == str(sum(held.values()))
-            assert "total balance across all accounts" in ex.prompt.splitlines()[-1]
+            assert "total balance across all accounts" in parse_prompt(ex.prompt)[2]
         else:
             assert ex.answer == str(held[ex.info["question"]["account"]])
 

@@ -73,7 +73,7 @@ def solve(family: Triage, example: Example) -> tuple[str, int]:
 def test_registered_and_held_out() -> None:
     family = load_plugins().task_family("triage")
     assert isinstance(family, TaskFamily)
-    assert (family.name, family.version, family.held_out) == ("triage", "1.3.0", True)
+    assert (family.name, family.version, family.held_out) == ("triage", "1.4.0", True)
     assert family.task_spec("fast").held_out
     assert family.baselines_path().name == "triage.json"
     with pytest.raises(ValueError):

@@ -15,11 +15,11 @@ SYSTEM_PROMPT = (
     "each ticket, fetch the facts the rules need with the provided tools (the ticket first, then its "
     "customer, then the SLA of the customer's tier if a rule needs it) and apply the rules in order "
     "(the first match wins). Reply with one queue name per ticket, in the order the tickets are "
-    "listed, separated by commas: <answer>QUEUE_1, QUEUE_2, QUEUE_3</answer> for three tickets."
+    "listed, separated by commas, inside <answer></answer> tags."
 )
 DIFFICULTY = {
     "fast": Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
-    "full": Difficulty(n_tickets=5, n_route=3, n_rules=4, max_clauses=2, use_sla=True),
+    "full": Difficulty(n_tickets=5, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
 }
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
@@ -35,7 +35,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
     """The dispatch task family."""
 
     name: str = "dispatch"
-    version: str = "1.2.0"
+    version: str = "1.3.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

@@ -205,8 +205,9 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
     prompt = (
         f"Route support tickets {', '.join(ids)} to queues. Rules, checked in order for each ticket (the "
         "first rule that matches wins):\n" + "\n".join(lines) + "\nLook up the facts you need with the "
-        "tools and reply with one queue per ticket, in the order the tickets are listed, as "
-        f"<answer>{answer_template(d.n_route)}</answer>."
+        f"tools. When every ticket is routed, reply with the {len(ids)} queue names, comma-separated in "
+        f"the order the tickets are listed, inside <answer></answer> tags. Start now: call get_ticket "
+        f"for {ids[0]}."
     )
     return Example(
         id=example_id,

@@ -6,16 +6,17 @@ import attrs
 
 from metatrain.specs import Example
 from metatrain_families.common import GeneratedFamily, extract_answer, normalise_int
-from metatrain_families.ledger.generator import NAMES, QUESTIONS, RULE, Difficulty, generate_example
+from metatrain_families.ledger.generator import CLOSING, NAMES, QUESTIONS, RULE, Difficulty, generate_example
 from metatrain_families.ledger.tools import TOOLS
 
 SYSTEM_PROMPT = (
     "You are a bank clerk. Carry out every instruction with the provided tools, one at a time and in "
-    "order; opening balances are known only to the tools. When done, reply with <answer>...</answer>."
+    "order; opening balances are known only to the tools. When done, reply with the answer inside "
+    "<answer></answer> tags."
 )
 DIFFICULTY = {
     "fast": Difficulty(2, 2, (20, 100), (5, 60), refuse_p=0.3, open_p=0.0, questions=("balance",)),
-    "full": Difficulty(2, 4, (20, 150), (5, 120), refuse_p=0.35, open_p=0.5, questions=("balance", "total")),
+    "full": Difficulty(2, 2, (20, 150), (5, 120), refuse_p=0.35, open_p=0.0, questions=("balance", "total")),
 }
 
 
@@ -46,7 +47,7 @@ class Ledger(GeneratedFamily[Difficulty]):
     """The ledger task family."""
 
     name: str = "ledger"
-    version: str = "1.2.0"
+    version: str = "1.3.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY
@@ -71,6 +72,7 @@ class Ledger(GeneratedFamily[Difficulty]):
             "names": repr(NAMES),
             "rule": repr(RULE),
             "questions": repr(QUESTIONS),
+            "closing": repr(CLOSING),
             "n_existing": d.n_existing,
             "n_steps": d.n_steps,
             "balance": repr(d.balance),

@@ -24,13 +24,17 @@ RULE = (
     "returns an error) and changes nothing; carry on with the next instruction."
 )
 QUESTIONS = {
-    "balance": "What is the final balance of {account}? Reply with <answer>N</answer>.",
-    "total": (
-        "What is the total balance across all accounts at the end (including any newly opened "
-        "account)? Reply with <answer>N</answer>."
-    ),
+    "balance": "What is the final balance of {account}?",
+    "total": "What is the total balance across all accounts at the end (including any newly opened account)?",
 }
 """Every question's answer is an integer that needs balances only the tools know."""
+CLOSING = (
+    "After the last instruction, reply with the answer, a whole number, inside <answer></answer> tags. "
+    "Start now: call the tool for instruction 1."
+)
+"""The prompt's last lines ask for the first tool call and give the answer format without a
+placeholder: with ``Reply with <answer>N</answer>.`` last, Qwen2.5-Coder copied the placeholder or
+made up a number instead of calling a tool (docs/families.md, calibration)."""
 BY_NAME = {fn.__name__: fn for fn in TOOLS}
 
 
@@ -161,8 +165,8 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
     lines = "\n".join(f"{i + 1}. {_instruction(s)}" for i, s in enumerate(steps))
     prompt = (
         f"Accounts on file: {', '.join(existing)} (their balances are known only to the bank's tools).\n"
-        f"Carry out these instructions in order, using the tools:\n{lines}\n{RULE}\n"
-        f"Question: {QUESTIONS[question['kind']].format(account=question['account'])}"
+        f"Question: {QUESTIONS[question['kind']].format(account=question['account'])}\n"
+        f"Carry out these instructions in order, one tool call each:\n{lines}\n{RULE}\n{CLOSING}"
     )
     return Example(
         id=example_id,

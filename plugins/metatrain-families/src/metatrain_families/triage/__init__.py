@@ -12,6 +12,7 @@ from metatrain_families.triage.generator import (
     ASK,
     CHANGES,
     SERVICES,
+    START,
     SYMPTOMS,
     TEAMS,
     Difficulty,
@@ -22,11 +23,12 @@ from metatrain_families.triage.tools import TOOLS
 
 SYSTEM_PROMPT = (
     "You are the on-call engineer. Investigate with the provided tools, one call at a time: incidents, "
-    "services and their dependencies, deploys. When you know the answer, reply with <answer>...</answer>."
+    "services and their dependencies, deploys. When you know the answer, reply with it inside "
+    "<answer></answer> tags."
 )
 DIFFICULTY = {
     "fast": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)),
-    "full": Difficulty(n_deps=2, n_other=3, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")),
+    "full": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")),
 }
 
 
@@ -64,7 +66,7 @@ class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
-    version: str = "1.3.0"
+    version: str = "1.4.0"
     held_out: bool = True
 
     difficulty = DIFFICULTY
@@ -94,6 +96,7 @@ class Triage(GeneratedFamily[Difficulty]):
             "symptoms": repr(SYMPTOMS),
             "changes": repr(CHANGES),
             "ask": repr(ASK),
+            "start": repr(START),
             "rule": repr(rule(d)),
             "n_deps": d.n_deps,
             "n_other": d.n_other,

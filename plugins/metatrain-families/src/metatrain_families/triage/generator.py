@@ -20,7 +20,11 @@ SERVICES = (
 TEAMS = (
     "atlas", "borealis", "cobalt", "delta", "ember", "fjord", "granite", "harbor",
     "ion", "juniper", "kestrel", "lumen", "meridian", "nimbus", "onyx", "prism",
+    "quartz", "raven", "sable", "tundra", "umber", "vega", "willow", "xenon",
+    "yarrow", "zephyr", "alder", "basalt", "cedar", "dune", "falcon", "glacier",
 )  # fmt: skip
+"""32 teams, so that a constant team guess, right 1 time in 32 on the team questions (half of
+``full``), stays under the guess floor; with 16 it scored 0.065 on one hidden draw."""
 SYMPTOMS = (
     "error rate above 5%", "p99 latency over 2s", "5xx spike on the public API",
     "queue backlog growing", "health checks failing",
@@ -31,12 +35,16 @@ CHANGES = (
     "migrate config to new format", "add retry on upstream calls",
 )  # fmt: skip
 ASK = {
-    "deploy": "Reply with the culprit deploy's id as <answer>DEPLOY_ID</answer>.",
+    "deploy": "When you have found it, reply with the culprit deploy's id inside <answer></answer> tags.",
     "team": (
-        "Reply with the team to page, the team that owns the service the culprit deploy went to, "
-        "as <answer>TEAM</answer>."
+        "When you have found it, reply with the team to page, the team that owns the service the "
+        "culprit deploy went to, inside <answer></answer> tags."
     ),
 }
+"""The answer format without a placeholder: with ``as <answer>DEPLOY_ID</answer>.`` last, Qwen2.5-Coder
+copied the placeholder instead of calling a tool (docs/families.md, calibration). The prompt then
+asks for the first call (``START``)."""
+START = "Start now: call list_incidents for {service}."
 
 
 @attrs.frozen
@@ -142,7 +150,7 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
     root = world["incidents"][0]["service"]
     prompt = (
         f"Service {root} is alerting. Triage it with the tools: find its open incident, then the deploy "
-        f"that caused it.\n{rule(d)}\n{ASK[kind]}"
+        f"that caused it.\n{rule(d)}\n{ASK[kind]} {START.format(service=root)}"
     )
     answer = culprit["id"] if kind == "deploy" else culprit["team"]
     return Example(
