@@ -139,20 +139,28 @@ PARTIAL_CREDIT = {
 
 
 @pytest.mark.parametrize(("name", "func"), sorted(PARTIAL_CREDIT.items()))
-def test_reference_partial_credit_is_halved_without_an_answer(name: str, func: str, tmp_path: Path) -> None:
-    """A rollout that never answers earns half the partial credit of the same work answered
-    (an H200 run of calc_chain's job converged on tool calls without answers when it earned it in full)."""
+def test_reference_partial_credit_needs_an_answer(name: str, func: str, tmp_path: Path) -> None:
+    """A rollout that never answers earns no partial credit: on an H200, calc_chain's, ledger's and
+    multi_hop's jobs converged on correct tool calls without answers both when such rollouts earned
+    the credit in full and when they earned half of it (docs/families.md)."""
     from family_helpers import load_env_module, write_reference_job
 
     from metatrain.plugins import load_plugins
 
-    module = load_env_module(write_reference_job(load_plugins().task_family(name), "full", tmp_path), name)
+    family = load_plugins().task_family(name)
+    module = load_env_module(write_reference_job(family, "full", tmp_path), name)
     full = 0.8
     setattr(module, f"_{func}", lambda completion, info: full)
-    answered = [{"role": "assistant", "content": "<answer>x</answer>"}]
-    silent = [{"role": "assistant", "content": "still working"}]
-    assert getattr(module, func)(answered, {}) == full
-    assert getattr(module, func)(silent, {}) == full / 2
+
+    def credit(reply: str) -> float:
+        return float(getattr(module, func)([{"role": "assistant", "content": reply}], {}))
+
+    right = family.task_spec("full").dev_examples[0].answer
+    wrong = family.task_spec("full").dev_examples[1].answer
+    assert credit(f"<answer>{right}</answer>") == credit(f"<answer> {wrong} </answer>") == full
+    assert credit("still working") == 0.0
+    assert credit("<answer>\n\n</answer> still working") == 0.0  # what multi_hop's job learned
+    assert credit("<answer>!?</answer>") == 0.0
 
 
 @attrs.frozen

@@ -330,7 +330,7 @@ def _check_rubric(module: ModuleType, env: Any, ex: Example) -> None:
     queues = ex.info["queues"]
     right = _reply(f"<answer>{ex.answer}</answer>")
     assert scores([*solved, right]) == (1.0, 1.0)
-    assert scores([*solved, _reply(ex.answer)]) == (0.0, 0.5)  # right queues, no <answer> block
+    assert scores([*solved, _reply(ex.answer)]) == (0.0, 0.0)  # right queues, no <answer> block
     assert scores([right]) == (1.0, 0.0)  # a blind right guess earns only the answer
     other = next(q for q in ("general", "refunds", "vip-care") if q != queues[1])
     one_wrong = _reply(f"<answer>{queues[0]}, {other}, {queues[2]}</answer>")

@@ -271,16 +271,17 @@ def test_reference_env_rollout_state_and_rubric(tmp_path: Path) -> None:
         fresh = asyncio.run(env.env_response([probe_call], other))
         assert fresh[0].content == str(info["world"]["accounts"][0]["balance"])
         assert info == ex.info
-        assert module.correct_steps(completion, info) == 0.5  # all steps right, never answered
-        assert module.correct_steps(steps_only, info) == pytest.approx(0.5 * n / (n + len(reads)))
+        assert module.correct_steps(completion, info) == 0.0  # all steps right, never answered: no credit
+        assert module._correct_steps(completion, info) == 1.0  # the credit it would earn answered
+        assert module._correct_steps(steps_only, info) == pytest.approx(n / (n + len(reads)))
         if reads:  # reads before the instructions are done, repeated or wrong ones earn nothing
-            only_steps = module.correct_steps(steps_only, info)
-            assert module.correct_steps(read_msgs + steps_only, info) == only_steps
+            only_steps = module._correct_steps(steps_only, info)
+            assert module._correct_steps(read_msgs + steps_only, info) == only_steps
             repeated = steps_only + read_msgs[:2] * len(reads)
-            assert module.correct_steps(repeated, info) == pytest.approx(0.5 * (n + 1) / (n + len(reads)))
+            assert module._correct_steps(repeated, info) == pytest.approx((n + 1) / (n + len(reads)))
             wrong = read_msgs[3].model_copy(update={"content": str(int(read_msgs[3].content) + 1)})
             one_right = [*steps_only, *read_msgs[:2], read_msgs[2], wrong]  # reads[1] comes back wrong
-            assert module.correct_steps(one_right, info) == pytest.approx(0.5 * (n + 1) / (n + len(reads)))
+            assert module._correct_steps(one_right, info) == pytest.approx((n + 1) / (n + len(reads)))
         completion.append(vf.AssistantMessage(content=f"<answer>{ex.answer}</answer>"))
         assert module.correct_answer(completion, ex.answer) == 1.0
         assert module.correct_steps(completion, info) == 1.0
