@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import attrs
 import pytest
 
 from metatrain.conformance import check_family, failed
+from metatrain.plugins import load_plugins
 from metatrain.protocols import TaskFamily
 from metatrain.specs import Example
 from metatrain_families.calc_chain import DIFFICULTY, CalcChain, generate_example
@@ -211,3 +213,15 @@ def test_built_in_families_guess_floors_are_under_the_limit() -> None:
     ]
     assert len(results) == 12
     assert [(n, r.budget, r.detail) for n, r in results if not r.ok] == []
+
+
+@pytest.mark.parametrize("name", sorted(PARTIAL_CREDIT))
+def test_full_reference_rollouts_may_run_as_long_as_eval_rollouts(name: str) -> None:
+    """The table's ``max_tokens`` caps a whole rollout; the eval gives it to every turn. On an H200 a
+    calc_chain job with 192 tokens cut 41% of its rollouts short and none answered (docs/families.md)."""
+    family = load_plugins().task_family(name)
+    spec = family.task_spec("full")
+    job = tomllib.loads(family.reference_job("full")["job.toml"])
+    eval_rollout = spec.eval.max_turns * spec.eval.max_tokens
+    assert job["train"]["max_tokens"] >= min(spec.bounds.max_tokens.max, eval_rollout)
+    assert job["train"]["max_tokens"] <= spec.bounds.max_tokens.max

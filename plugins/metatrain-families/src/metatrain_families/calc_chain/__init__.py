@@ -73,7 +73,6 @@ class CalcChain(GeneratedFamily[Difficulty]):
     answer_format = "<answer>N</answer> with N an integer (commas and a leading + are tolerated)"
     max_tokens = 64
     templates = __name__
-    reference_max_tokens = 192
 
     def describe(self, d: Difficulty) -> str:
         return (

@@ -44,7 +44,6 @@ class MultiHop(GeneratedFamily[Difficulty]):
     )
     max_tokens = MAX_TOKENS
     templates = __name__
-    reference_max_tokens = 224
 
     def describe(self, d: Difficulty) -> str:
         return (
