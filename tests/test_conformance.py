@@ -147,8 +147,6 @@ def test_reference_partial_credit_needs_an_answer(name: str, func: str, tmp_path
     the credit in full and when they earned half of it (docs/families.md)."""
     from family_helpers import load_env_module, write_reference_job
 
-    from metatrain.plugins import load_plugins
-
     family = load_plugins().task_family(name)
     module = load_env_module(write_reference_job(family, "full", tmp_path), name)
     full = 0.8
@@ -204,8 +202,6 @@ def test_guess_floor_finds_answers_a_tool_free_policy_can_pick() -> None:
 def test_built_in_families_guess_floors_are_under_the_limit() -> None:
     """dispatch, ledger, string_pipeline and multi_hop were guessable before their current versions
     (docs/families.md, guess floors); each fix is pinned here."""
-    from metatrain.plugins import load_plugins
-
     pm = load_plugins()
     names = ("calc_chain", "multi_hop", "string_pipeline", "ledger", "dispatch", "triage")
     results = [
@@ -218,7 +214,7 @@ def test_built_in_families_guess_floors_are_under_the_limit() -> None:
 @pytest.mark.parametrize("name", sorted(PARTIAL_CREDIT))
 def test_full_reference_rollouts_may_run_as_long_as_eval_rollouts(name: str) -> None:
     """The table's ``max_tokens`` caps a whole rollout; the eval gives it to every turn. On an H200 a
-    calc_chain job with 192 tokens cut 41% of its rollouts short and none answered (docs/families.md)."""
+    calc_chain job with 192 tokens cut 41% of its rollouts short and none was right (docs/families.md)."""
     family = load_plugins().task_family(name)
     spec = family.task_spec("full")
     job = tomllib.loads(family.reference_job("full")["job.toml"])

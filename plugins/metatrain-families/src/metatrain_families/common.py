@@ -98,7 +98,7 @@ def rollout_token_budget(eval_turns: int, eval_tokens_per_turn: int, cap: int) -
     The table's ``max_tokens`` caps a whole rollout (every turn, and under TRL the tool results
     too), while the eval gives ``eval_tokens_per_turn`` to each of ``eval_turns`` turns. On an H200
     a ``full`` calc_chain job with 192 tokens cut 41% of its first step's rollouts short and none
-    answered, while the same model answered 10% of the hidden eval (docs/families.md).
+    was right, while the same model was right on 10% of the hidden eval (docs/families.md).
     """
     return min(cap, eval_turns * (eval_tokens_per_turn + TOOL_ROUND_TOKENS))
 
