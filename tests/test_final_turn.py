@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tiny_tokenizer import tiny_tokenizer
+from tiny_tokenizer import save_tiny_model, tiny_tokenizer
 
 import metatrain
 from metatrain.jobs.bundle import load_bundle, make_bundle
@@ -296,3 +296,53 @@ def test_bundles_carry_the_specs_final_answer_turn(
     (ws / "env.py").write_text("")
     bundle = make_bundle(tmp_path / "bundle", ws, _job(), spec, "j", "r")
     assert load_bundle(bundle).final_answer_turn is final_answer_turn
+
+
+# ----- (c) the eval's per-turn token cap, on a real (tiny, random) model -----------------------
+
+
+@pytest.mark.parametrize("turn_max_tokens", [None, 6, 500])
+def test_each_generation_is_capped_at_the_evals_turn_tokens(
+    tmp_path: Path, turn_max_tokens: int | None
+) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    tok = tiny_tokenizer("chatml")
+    model_dir = save_tiny_model(tmp_path / "model", tok)
+    prompt = [{"role": "user", "content": "what is 1+2?"}]
+    trainer = FinalTurnGRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=GRPOConfig(
+            output_dir=str(tmp_path / "trl"),
+            max_completion_length=40,
+            num_generations=2,
+            per_device_train_batch_size=2,
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+            seed=0,
+        ),
+        train_dataset=Dataset.from_list([{"prompt": prompt}] * 2),
+        processing_class=tok,
+        turn_max_tokens=turn_max_tokens,
+    )
+    ids = list(tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+    completion_ids = trainer._generate_single_turn([ids, ids], None, {}, 2)[0]
+    lengths = [len(c) for c in completion_ids]
+    cap = 40 if turn_max_tokens is None else min(40, turn_max_tokens)
+    assert trainer.generation_config.max_new_tokens == cap
+    assert max(lengths) <= cap
+    assert max(lengths) > 6 or turn_max_tokens == 6  # the random model runs on: the cap is what stops it
+
+
+def test_bundles_carry_the_evals_turn_tokens(fast_spec: TaskSpec, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "env.py").write_text("")
+    bundle = make_bundle(tmp_path / "bundle", ws, _job(), fast_spec, "j", "r")
+    assert load_bundle(bundle).turn_max_tokens == fast_spec.eval.max_tokens
+    old = json.loads(load_bundle(bundle).model_dump_json())
+    del old["turn_max_tokens"]
+    assert BundleManifest.model_validate(old).turn_max_tokens is None  # older bundles: TRL's own cap

@@ -198,7 +198,10 @@ def test_reference_jobs_render_valid_configs(tmp_path: Path, plugins: Any, famil
         assert doc["orchestrator"]["group_size"] == table.rollouts_per_example
         assert doc["orchestrator"]["batch_size"] == table.batch_size * table.rollouts_per_example
         sampling = doc["orchestrator"]["train"]["sampling"]
-        assert sampling == {"temperature": table.temperature, "max_completion_tokens": table.max_tokens}
+        # each turn as the eval caps it (per turn in prime-rl); all turns together at the env
+        assert manifest.turn_max_tokens == plugins.task_family(family).task_spec(budget).eval.max_tokens
+        per_turn = min(table.max_tokens, manifest.turn_max_tokens)
+        assert sampling == {"temperature": table.temperature, "max_completion_tokens": per_turn}
         assert doc["trainer"]["optim"]["lr"] == table.lr
         if table.lora is not None:
             assert doc["trainer"]["model"]["lora"]["rank"] == table.lora.rank

@@ -73,7 +73,7 @@ def test_run_job_reports_the_last_step_written_just_before_training_ends(
     (ws / "env.py").write_text("def load_environment(**kw):\n    return None\n")
     (ws / "job.toml").write_text(JOB_TOML)
     fields: dict[str, Any] = {"family": "calc_chain", "version": "1.0.0", "budget": "fast", "eval_n": 8}
-    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False)
+    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False, max_tokens=64)
     spec = TaskSpec.model_construct(**fields)  # make_bundle reads only these fields
     bundle = make_bundle(tmp_path / "bundle", ws, parse_job_toml(JOB_TOML), spec, "job-m", "run-m")
     steps: list[int] = []

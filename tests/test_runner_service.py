@@ -59,7 +59,7 @@ def build_bundle(
     (ws / "data" / "examples.jsonl").write_text('{"q": "1+1", "a": "2"}\n')
     # make_bundle reads only these fields; no family plugin needs loading for a bundle
     fields: dict[str, Any] = {"family": "calc_chain", "version": "1.0.0", "budget": "fast", "eval_n": 8}
-    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False)
+    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False, max_tokens=64)
     spec = TaskSpec.model_construct(**fields)
     return make_bundle(root / f"bundle-{tag}", ws, parse_job_toml(JOB_TOML), spec, job_id, "run-test")
 

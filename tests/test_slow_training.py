@@ -74,6 +74,7 @@ def test_tiny_trl_grpo_run_on_cpu(
     assert summary["steps"] == 1 and summary["stopped_at_deadline"] is False
     assert summary["trainer_class"] == "FinalTurnGRPOTrainer"
     assert summary["final_answer_turn"] is fast_spec.eval.final_answer_turn
+    assert summary["turn_max_tokens"] == min(24, fast_spec.eval.max_tokens)  # the eval's turn cap, in budget
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[0]["step"] == 1 and "reward" in rows[0]
     from transformers import AutoModelForCausalLM

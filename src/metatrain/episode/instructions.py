@@ -70,6 +70,8 @@ def task_markdown(spec: TaskSpec) -> str:
 multi-turn tool conversation: system prompt, user prompt, then up to {spec.eval.max_turns} assistant
 turns of at most {spec.eval.max_tokens} tokens, tools executed between turns.{_final_turn(spec)} The final
 assistant text is scored. Answer format: {spec.eval.answer_format}
+Training plays turns the same way: each is capped at {spec.eval.max_tokens} tokens, and the job's
+`max_tokens` caps a rollout's turns together (with TRL, tool results count in it too).
 
 System prompt used by the eval:
 

@@ -38,6 +38,7 @@ def make_bundle(dest: Path, workspace: Path, job: JobFile, spec: TaskSpec, job_i
         created_at=datetime.now().astimezone(),
         metatrain_version=metatrain.__version__,
         final_answer_turn=spec.eval.final_answer_turn,
+        turn_max_tokens=spec.eval.max_tokens,
     )
     (dest / "bundle.json").write_text(manifest.model_dump_json(indent=2))
     return dest

@@ -72,3 +72,8 @@ class BundleManifest(BaseModel):
         False,
         description="The task's EvalInterface.final_answer_turn: training rollouts play the same final turn",
     )
+    turn_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="The task's EvalInterface.max_tokens: each training turn is capped as the eval caps it",
+    )

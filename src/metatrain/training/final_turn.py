@@ -6,6 +6,12 @@ a user message before its last turn) scored 0.10 before training. With ``final_a
 last loop iteration's tool-result suffix also carries ``user: FINAL_ANSWER_PROMPT`` (masked 0 like
 tool results), and the completion messages get that user message too, as in the eval's message list.
 
+With ``turn_max_tokens`` (the eval's per-turn cap, ``EvalInterface.max_tokens``), every generation
+of the tool loop is capped at that many new tokens, as the eval caps each turn; ``max_completion_length``
+still caps the rollout's turns together. Why: TRL gives each generation the whole rollout budget, so
+one rambling rollout made every tool round of its batch decode the full budget; on an H200 a
+512-token calc_chain job took 145-160 s for its first step where the eval lets a turn run 64 tokens.
+
 This overrides private methods of TRL 1.16 (``_tool_call_loop``, ``_generate_single_turn``,
 ``_get_tool_suffix_ids``); tests/test_final_turn.py pins the behaviour. Import it only where TRL is
 installed. Unlike the eval, the final turn keeps the tool list in the (already tokenized) prompt.
@@ -17,19 +23,31 @@ from typing import Any
 
 from trl import GRPOTrainer
 
-from metatrain.training.rollout import FINAL_ANSWER_PROMPT
+from metatrain.training.rollout import FINAL_ANSWER_PROMPT, turn_token_cap
 
 
 class FinalTurnGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
-    """GRPOTrainer whose last tool-loop generation is the eval's final-answer turn."""
+    """GRPOTrainer whose turns play as the eval's: its per-turn token cap and its final-answer turn."""
 
     final_answer_turn: bool = False
     _tool_round: int | None = None  # generations made so far by the running tool loop; None outside it
     _final_anchors: list[dict[str, Any]] | None = None  # last tool message before each final turn
 
-    def __init__(self, *args: Any, final_answer_turn: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, final_answer_turn: bool = False, turn_max_tokens: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.final_answer_turn = final_answer_turn
+        self.cap_turns(turn_max_tokens)
+
+    def cap_turns(self, turn_max_tokens: int | None) -> None:
+        """Cap each generation at ``turn_max_tokens`` new tokens (never above the rollout budget)."""
+        if turn_max_tokens is None:
+            return
+        budget = self.max_completion_length
+        cap = turn_max_tokens if budget is None else turn_token_cap(budget, turn_max_tokens)
+        self.generation_config.max_new_tokens = cap
+        self.generation_kwargs["max_new_tokens"] = cap
 
     def _tool_call_loop(self, *args: Any, **kwargs: Any) -> Any:
         self._tool_round = 0

@@ -34,6 +34,7 @@ from metatrain.jobs.bundle import load_bundle
 from metatrain.sandbox.linux import die_with_parent
 from metatrain.specs import BundleManifest, JobFile
 from metatrain.training.dialect import ParsedCall, call_tool, parse_assistant
+from metatrain.training.rollout import turn_token_cap
 from metatrain.training.table import primerl_seq_len, primerl_values
 
 PRIME_RL_VERSION = "0.6.0"
@@ -178,6 +179,10 @@ def render_config(
         "orchestrator.train.env[0].args": dict(bundle.job.env_args),
         "trainer.ckpt.weights_only": True,
     }
+    if bundle.turn_max_tokens is not None:  # each turn as the eval caps it; max_tokens stays the total
+        fixed["orchestrator.train.sampling.max_completion_tokens"] = turn_token_cap(
+            table.max_tokens, bundle.turn_max_tokens
+        )
     if table.lora is not None:
         fixed["trainer.ckpt.weights.save_adapter_separately"] = True
     if model_ref not in AUTO_RENDERER_MODELS:

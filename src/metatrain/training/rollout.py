@@ -31,6 +31,11 @@ def start_turn(final_answer_turn: bool, turn: int, max_turns: int, messages: lis
     return final
 
 
+def turn_token_cap(rollout_tokens: int, turn_max_tokens: int) -> int:
+    """New tokens one training turn may take: the eval's per-turn cap within the rollout's budget."""
+    return min(rollout_tokens, turn_max_tokens)
+
+
 @attrs.define
 class Rollout:
     """One conversation played out: messages, the final answer text and tool statistics."""

@@ -152,8 +152,9 @@ MAPPING: tuple[KeyMapping, ...] = (
             "orchestrator.train.env[0].max_total_completion_tokens": t.max_tokens,
             "seq_len": primerl_seq_len(t.max_tokens),
         },
-        "all turns of a rollout together; prime-rl also caps each turn at the same number, and its "
-        f"seq_len is max_tokens + {PRIMERL_PROMPT_ALLOWANCE} rounded up to 512 (at least 2048)",
+        "all turns of a rollout together; each turn is capped at the eval's per-turn max_tokens (the "
+        "bundle's turn_max_tokens, when below) in both backends; prime-rl's seq_len is max_tokens + "
+        f"{PRIMERL_PROMPT_ALLOWANCE} rounded up to 512 (at least 2048)",
     ),
     KeyMapping(
         "temperature",

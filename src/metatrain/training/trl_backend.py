@@ -6,7 +6,8 @@ tools = ``env.tools``; one TRL reward per rubric function (weights via ``reward_
 called with verifiers message objects; ``max_tool_calling_iterations = max_turns - 1``; tool calls
 parsed with the project dialect (``training.dialect``), the same parser the hidden eval uses; with
 the task's ``final_answer_turn`` (carried in the bundle manifest), the last tool round ends in the
-eval's final-answer prompt (``training.final_turn``).
+eval's final-answer prompt, and each generation is capped at the eval's per-turn ``max_tokens``
+(``training.final_turn``).
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ def train_job(
         environment_factory=rollout_environment_factory(env) if stateful else None,
         callbacks=callbacks,
         final_answer_turn=manifest.final_answer_turn,
+        turn_max_tokens=manifest.turn_max_tokens,
     )
     guard_training_step(trainer, out / "diverged.json")
     t_train = time.monotonic()
@@ -209,5 +211,6 @@ def train_job(
         "dataset_size": len(dataset),
         "history": history,
         "final_answer_turn": bool(trainer.final_answer_turn),
+        "turn_max_tokens": int(trainer.generation_config.max_new_tokens),
         "trainer_class": type(trainer).__name__,
     }
