@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from family_helpers import (
     assert_reference_job_within_bounds,
     assert_schemas_match,
     assert_split_sized_and_disjoint,
+    load_env_module,
     probe_reference_job,
+    write_reference_job,
 )
 
 from metatrain.specs import Example
@@ -121,3 +124,26 @@ def test_reference_job_parses_within_bounds(budget: str) -> None:
 def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
     scores = probe_reference_job(FAMILY, budget, tmp_path)
     assert set(scores["hop_progress"]) == {0.0}
+
+
+def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(tmp_path: Path) -> None:
+    """Credit stops at the first person off the path: on an H200 a job whose credit took the path's
+    people in any order among other results learned to look up 10-15 relations a rollout (hop
+    credit 0.91) and never answered right (docs/families.md)."""
+    env = load_env_module(write_reference_job(FAMILY, "full", tmp_path), "multi_hop_env")
+    row = env._example(random.Random(7))
+    info, chain = row["info"], row["info"]["chain"]
+    names = [p["name"] for p in info["world"]["people"]]
+    others = [n for n in names if n not in chain]
+
+    def credit(*returned: str) -> float:
+        completion = [{"role": "tool", "content": text} for text in returned]
+        return float(env._hop_progress(completion, info))
+
+    profile = json.dumps({"age": 30, "job": "baker", "name": chain[0]})
+    assert credit(*chain) == 1.0
+    assert credit(profile, chain[0], "Lisbon", *chain[1:]) == 1.0  # profiles and cities are not hops
+    assert credit(*chain[:-1]) == pytest.approx((len(chain) - 1) / len(chain))
+    assert credit(others[0], *chain) == 0.0  # a wrong first hop: nothing
+    assert credit(chain[0], others[0], *chain[1:]) == pytest.approx(1 / len(chain))
+    assert credit(*others, *chain) == 0.0  # every relation looked up
