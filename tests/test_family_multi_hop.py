@@ -147,3 +147,22 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(tmp_path: Pa
     assert credit(others[0], *chain) == 0.0  # a wrong first hop: nothing
     assert credit(chain[0], others[0], *chain[1:]) == pytest.approx(1 / len(chain))
     assert credit(*others, *chain) == 0.0  # every relation looked up
+
+
+def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(tmp_path: Path) -> None:
+    """Untrained Qwen2.5-Coder walks the path and then copies the prompt's ``<answer>ANSWER</answer>``
+    (on CPU, greedy: 0 of 8 one-hop training questions right, hop credit 0.875): that earns nothing."""
+    env = load_env_module(write_reference_job(FAMILY, "full", tmp_path), "multi_hop_env_gate")
+    row = env._example(random.Random(7))
+    walk = [{"role": "tool", "content": name} for name in row["info"]["chain"]]
+
+    def credit(reply: str) -> float:
+        return float(env.hop_progress([*walk, {"role": "assistant", "content": reply}], row["info"]))
+
+    assert "<answer>ANSWER</answer>" in row["question"]
+    assert credit("<answer>ANSWER</answer>") == credit("<answer>  </answer>") == 0.0
+    assert credit("<answer>somebody</answer>") == 0.0
+    assert credit(f"<answer>{row['answer']}</answer>") == 1.0
+    assert (
+        credit("<answer>lisbon</answer>") == credit("<answer>Keiko</answer>") == 1.0
+    )  # right kind, wrong value
