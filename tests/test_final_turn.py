@@ -346,3 +346,11 @@ def test_bundles_carry_the_evals_turn_tokens(fast_spec: TaskSpec, tmp_path: Path
     old = json.loads(load_bundle(bundle).model_dump_json())
     del old["turn_max_tokens"]
     assert BundleManifest.model_validate(old).turn_max_tokens is None  # older bundles: TRL's own cap
+
+
+def test_turn_cap_refuses_trls_vllm_path() -> None:
+    t: Any = object.__new__(FinalTurnGRPOTrainer)
+    t.use_vllm = True
+    t.cap_turns(None)  # nothing to cap: fine on any path
+    with pytest.raises(ValueError, match="use_vllm=False"):
+        t.cap_turns(64)

@@ -44,6 +44,8 @@ class FinalTurnGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         """Cap each generation at ``turn_max_tokens`` new tokens (never above the rollout budget)."""
         if turn_max_tokens is None:
             return
+        if self.use_vllm:  # TRL's vLLM path sizes generations elsewhere; metatrain's TRL jobs never use it
+            raise ValueError("turn_max_tokens needs TRL's transformers generation (use_vllm=False)")
         budget = self.max_completion_length
         cap = turn_max_tokens if budget is None else turn_token_cap(budget, turn_max_tokens)
         self.generation_config.max_new_tokens = cap
