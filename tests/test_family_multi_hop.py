@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from family_helpers import (
@@ -126,11 +127,18 @@ def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) 
     assert set(scores["hop_progress"]) == {0.0}
 
 
-def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def reference_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The ``full`` reference job's env.py, imported."""
+    workspace = write_reference_job(FAMILY, "full", tmp_path_factory.mktemp("job"))
+    return load_env_module(workspace, "multi_hop_env")
+
+
+def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_env: Any) -> None:
     """Credit stops at the first person off the path: on an H200 a job whose credit took the path's
     people in any order among other results learned to look up 10-15 relations a rollout (hop
     credit 0.91) and never answered right (docs/families.md)."""
-    env = load_env_module(write_reference_job(FAMILY, "full", tmp_path), "multi_hop_env")
+    env = reference_env
     row = env._example(random.Random(7))
     info, chain = row["info"], row["info"]["chain"]
     names = [p["name"] for p in info["world"]["people"]]
@@ -149,10 +157,10 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(tmp_path: Pa
     assert credit(*others, *chain) == 0.0  # every relation looked up
 
 
-def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(tmp_path: Path) -> None:
+def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(reference_env: Any) -> None:
     """Untrained Qwen2.5-Coder walks the path and then copies the prompt's ``<answer>ANSWER</answer>``
     (on CPU, greedy: 0 of 8 one-hop training questions right, hop credit 0.875): that earns nothing."""
-    env = load_env_module(write_reference_job(FAMILY, "full", tmp_path), "multi_hop_env_gate")
+    env = reference_env
     row = env._example(random.Random(7))
     walk = [{"role": "tool", "content": name} for name in row["info"]["chain"]]
 
@@ -163,6 +171,5 @@ def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(tmp_path: 
     assert credit("<answer>ANSWER</answer>") == credit("<answer>  </answer>") == 0.0
     assert credit("<answer>somebody</answer>") == 0.0
     assert credit(f"<answer>{row['answer']}</answer>") == 1.0
-    assert (
-        credit("<answer>lisbon</answer>") == credit("<answer>Keiko</answer>") == 1.0
-    )  # right kind, wrong value
+    # the right kind of answer, right or wrong, opens the gate
+    assert credit("<answer>lisbon</answer>") == credit("<answer>Keiko</answer>") == 1.0

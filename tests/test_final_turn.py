@@ -266,7 +266,7 @@ def _job() -> JobFile:
     )
 
 
-def test_old_manifests_default_to_no_final_answer_turn() -> None:
+def test_old_manifests_default_to_no_final_answer_turn_and_no_turn_cap() -> None:
     manifest = BundleManifest(
         job_id="j",
         run_id="r",
@@ -280,8 +280,10 @@ def test_old_manifests_default_to_no_final_answer_turn() -> None:
         metatrain_version=metatrain.__version__,
     )
     old = json.loads(manifest.model_dump_json())
-    del old["final_answer_turn"]
-    assert BundleManifest.model_validate(old).final_answer_turn is False
+    del old["final_answer_turn"], old["turn_max_tokens"]
+    parsed = BundleManifest.model_validate(old)
+    assert parsed.final_answer_turn is False
+    assert parsed.turn_max_tokens is None  # older bundles: TRL's own per-generation budget
 
 
 @pytest.mark.parametrize("final_answer_turn", [True, False])
@@ -296,6 +298,7 @@ def test_bundles_carry_the_specs_final_answer_turn(
     (ws / "env.py").write_text("")
     bundle = make_bundle(tmp_path / "bundle", ws, _job(), spec, "j", "r")
     assert load_bundle(bundle).final_answer_turn is final_answer_turn
+    assert load_bundle(bundle).turn_max_tokens == spec.eval.max_tokens
 
 
 # ----- (c) the eval's per-turn token cap, on a real (tiny, random) model -----------------------
@@ -335,17 +338,6 @@ def test_each_generation_is_capped_at_the_evals_turn_tokens(
     assert trainer.generation_config.max_new_tokens == cap
     assert max(lengths) <= cap
     assert max(lengths) > 6 or turn_max_tokens == 6  # the random model runs on: the cap is what stops it
-
-
-def test_bundles_carry_the_evals_turn_tokens(fast_spec: TaskSpec, tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "env.py").write_text("")
-    bundle = make_bundle(tmp_path / "bundle", ws, _job(), fast_spec, "j", "r")
-    assert load_bundle(bundle).turn_max_tokens == fast_spec.eval.max_tokens
-    old = json.loads(load_bundle(bundle).model_dump_json())
-    del old["turn_max_tokens"]
-    assert BundleManifest.model_validate(old).turn_max_tokens is None  # older bundles: TRL's own cap
 
 
 def test_turn_cap_refuses_trls_vllm_path() -> None:
