@@ -135,9 +135,10 @@ def reference_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_env: Any) -> None:
-    """Credit stops at the first person off the path: on an H200 a job whose credit took the path's
-    people in any order among other results learned to look up 10-15 relations a rollout (hop
-    credit 0.91) and never answered right (docs/families.md)."""
+    """Only a walk along the path earns credit: on an H200 a job whose credit took the path's people
+    in any order among other results learned to look up 10-15 relations a rollout (hop credit 0.91),
+    and one whose credit ignored steps past the path's end learned to walk on (5 lookups a rollout,
+    hop credit 0.99, answers right 0.17); neither answered the eval (docs/families.md)."""
     env = reference_env
     row = env._example(random.Random(7))
     info, chain = row["info"], row["info"]["chain"]
@@ -153,7 +154,9 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_en
     assert credit(profile, chain[0], "Lisbon", *chain[1:]) == 1.0  # profiles and cities are not hops
     assert credit(*chain[:-1]) == pytest.approx((len(chain) - 1) / len(chain))
     assert credit(others[0], *chain) == 0.0  # a wrong first hop: nothing
-    assert credit(chain[0], others[0], *chain[1:]) == pytest.approx(1 / len(chain))
+    assert credit(chain[0], others[0], *chain[1:]) == 0.0  # a wrong hop midway
+    assert credit(*chain, others[0]) == 0.0  # walking on past the path's end
+    assert credit(*chain, chain[-1]) == 0.0  # a repeat
     assert credit(*others, *chain) == 0.0  # every relation looked up
 
 
