@@ -77,6 +77,12 @@ def test_tiny_trl_grpo_run_on_cpu(
     assert summary["turn_max_tokens"] == min(24, fast_spec.eval.max_tokens)  # the eval's turn cap, in budget
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[0]["step"] == 1 and "reward" in rows[0]
+    funcs = {k.split("/")[1] for k in rows[0] if k.startswith("rewards/") and k.endswith("/mean")}
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples and {s["step"] for s in samples} == {1}
+    for s in samples:  # what the model wrote, next to what it earned
+        assert s["question"] and s["completion"][0]["role"] == "assistant"
+        assert funcs and set(s["rewards"]) == funcs and isinstance(s["advantage"], float)
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
@@ -161,6 +167,7 @@ def test_full_episode_from_the_cli(tmp_path: Path) -> None:
         "job/bundle/bundle.json",
         "job/result/result.json",
         "job/result/train/metrics.jsonl",
+        "job/result/train/samples.jsonl",
         "job/result/pre_eval.json",
         "job/result/post_eval.json",
         "job/result/logs/train.stderr.log",

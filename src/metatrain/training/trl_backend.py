@@ -134,6 +134,20 @@ def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> l
     return callbacks
 
 
+def _samples_callback(trainer: Any, path: Path) -> Any:
+    """A callback appending a few of each step's rollouts (TRL's ``_logs``) to ``samples.jsonl``."""
+    from transformers import TrainerCallback
+
+    from metatrain.training.samples import append_samples, sample_rows
+
+    class SamplesCallback(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and any(k.startswith("reward") for k in logs):
+                append_samples(path, sample_rows(int(state.global_step), trainer._logs))
+
+    return SamplesCallback()
+
+
 def train_job(
     bundle_dir: str,
     out_dir: str,
@@ -192,6 +206,7 @@ def train_job(
         final_answer_turn=manifest.final_answer_turn,
         turn_max_tokens=manifest.turn_max_tokens,
     )
+    trainer.add_callback(_samples_callback(trainer, out / "samples.jsonl"))
     guard_training_step(trainer, out / "diverged.json")
     t_train = time.monotonic()
     trainer.train()

@@ -1,0 +1,58 @@
+"""Training rollouts kept in ``samples.jsonl``: which ones, and what each row holds."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+
+from metatrain.training.samples import append_samples, pick, sample_rows
+
+
+def test_pick_spreads_over_the_batch_and_adds_the_best() -> None:
+    assert pick(64, 4) == [0, 16, 32, 48]
+    assert pick(64, 4, best=37) == [0, 16, 32, 37, 48]
+    assert pick(64, 4, best=16) == [0, 16, 32, 48]
+    assert pick(3, 4) == [0, 1, 2]
+    assert pick(0, 4, best=0) == [] and pick(8, 0) == []
+
+
+def _logs(n: int) -> dict[str, object]:
+    """TRL's ``_logs`` layout: deques aligned by rollout index, rewards per function."""
+    return {
+        "prompt": deque(
+            [[{"role": "system", "content": "sys"}, {"role": "user", "content": f"q{i}"}] for i in range(n)]
+        ),
+        "completion": deque([[{"role": "assistant", "content": f"<answer>{i}</answer>"}] for i in range(n)]),
+        "rewards": {"correct_answer": deque([float(i == 5) for i in range(n)]), "steps": deque([0.5] * n)},
+        "advantages": deque([2.0 if i == 5 else -0.1 for i in range(n)]),
+    }
+
+
+def test_rows_carry_question_completion_rewards_and_advantage(tmp_path: Path) -> None:
+    rows = sample_rows(3, _logs(16), k=2)
+    assert [r["index"] for r in rows] == [0, 5, 8]  # two spread out, and the most reinforced one
+    best = rows[1]
+    assert best["step"] == 3 and best["question"] == "q5"
+    assert best["completion"] == [{"role": "assistant", "content": "<answer>5</answer>"}]
+    assert best["rewards"] == {"correct_answer": 1.0, "steps": 0.5} and best["advantage"] == 2.0
+    path = tmp_path / "samples.jsonl"
+    append_samples(path, rows)
+    append_samples(path, sample_rows(4, _logs(16), k=1))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["step"], r["index"]) for r in lines] == [(3, 0), (3, 5), (3, 8), (4, 0), (4, 5)]
+
+
+def test_string_prompts_and_empty_logs() -> None:
+    logs = {"prompt": ["plain question"], "completion": ["plain answer"], "rewards": {}, "advantages": []}
+    assert sample_rows(1, logs) == [
+        {
+            "step": 1,
+            "index": 0,
+            "question": "plain question",
+            "completion": "plain answer",
+            "rewards": {},
+            "advantage": None,
+        }
+    ]
+    assert sample_rows(1, {}) == []
