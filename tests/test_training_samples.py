@@ -56,3 +56,66 @@ def test_string_prompts_and_empty_logs() -> None:
         }
     ]
     assert sample_rows(1, {}) == []
+
+
+def _write_run(tmp_path: Path) -> Path:
+    """An episode run folder whose job kept two steps of samples (the layout the runner writes)."""
+    run = tmp_path / "run"
+    train = run / "job" / "result" / "train"
+    train.mkdir(parents=True)
+    walk = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "get_manager", "arguments": {"name": "Ivan"}}}
+            ],
+        },
+        {"role": "tool", "name": "get_manager", "content": "Olga"},
+        {"role": "assistant", "content": "<answer>Olga</answer>"},
+    ]
+    logs = {
+        "prompt": [[{"role": "user", "content": "Who is the manager of Ivan?"}]],
+        "completion": [walk],
+        "rewards": {"correct_answer": [1.0], "hop_progress": [1.0]},
+        "advantages": [1.5],
+    }
+    append_samples(train / "samples.jsonl", sample_rows(1, logs))
+    append_samples(train / "samples.jsonl", sample_rows(2, {**logs, "rewards": {"correct_answer": [0.0]}}))
+    return run
+
+
+def test_samples_command_shows_the_last_step_or_the_one_asked(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from metatrain.cli.app import app
+
+    run = _write_run(tmp_path)
+    last = CliRunner().invoke(app, ["samples", str(run)], env={"COLUMNS": "200"})
+    assert last.exit_code == 0, last.output
+    assert "step 2" in last.output and "step 1" not in last.output
+    assert "correct_answer 0.00" in last.output and "advantage +1.50" in last.output
+    assert "Who is the manager of Ivan?" in last.output
+    assert '→ get_manager({"name": "Ivan"})' in last.output and "<answer>Olga</answer>" in last.output
+    first = CliRunner().invoke(
+        app, ["samples", str(run / "job" / "result"), "--step", "1"], env={"COLUMNS": "200"}
+    )
+    assert "step 1" in first.output and "hop_progress 1.00" in first.output and "step 2" not in first.output
+    every = CliRunner().invoke(app, ["samples", str(run), "--step", "0"], env={"COLUMNS": "200"})
+    assert "step 1" in every.output and "step 2" in every.output
+
+
+def test_samples_command_names_what_is_missing_or_broken(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from metatrain.cli.app import app
+
+    missing = CliRunner().invoke(app, ["samples", str(tmp_path)], env={"COLUMNS": "300"})
+    assert missing.exit_code == 2 and "no samples.jsonl under" in missing.output
+    run = _write_run(tmp_path)
+    absent = CliRunner().invoke(app, ["samples", str(run), "--step", "9"], env={"COLUMNS": "200"})
+    assert absent.exit_code == 2 and "no samples for step 9; kept steps: 1..2" in absent.output
+    path = run / "job" / "result" / "train" / "samples.jsonl"
+    path.write_text(path.read_text() + "{not json\n")
+    broken = CliRunner().invoke(app, ["samples", str(run)], env={"COLUMNS": "300"})
+    assert broken.exit_code == 2 and "samples.jsonl:3: not a JSON line" in broken.output

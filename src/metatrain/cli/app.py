@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from metatrain.cli import families as families_cli
-from metatrain.cli import train_cmd, worker_cmd
+from metatrain.cli import samples_cmd, train_cmd, worker_cmd
 from metatrain.cli.fleet import fleet_app
 from metatrain.cli.runner_cmd import runner_app
 
@@ -261,6 +261,7 @@ def run_job_cmd(bundle: Path, result_dir: Path, device: Annotated[str, typer.Opt
 families_cli.register(app)
 worker_cmd.register(app)
 train_cmd.register(app)
+samples_cmd.register(app)
 
 
 def main() -> None:

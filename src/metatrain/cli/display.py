@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
@@ -144,3 +145,15 @@ def summary_table(result: EpisodeResult) -> Table:
     for k, v in rows:
         table.add_row(k, v)
     return table
+
+
+def message_line(message: dict[str, Any], width: int) -> str:
+    """One chat message on one line: its text (newlines as ⏎) and ``→ tool(args)`` per tool call,
+    cut to ``width`` characters."""
+    text = str(message.get("content") or "")
+    calls = [
+        f"{c['function']['name']}({json.dumps(c['function'].get('arguments'), sort_keys=True)})"
+        for c in message.get("tool_calls") or []
+    ]
+    line = " ".join(filter(None, [text.replace("\n", " ⏎ "), *(f"→ {c}" for c in calls)]))
+    return line if len(line) <= width else line[: width - 1] + "…"

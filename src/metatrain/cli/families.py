@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from metatrain.cli.display import message_line
+
 console = Console()
 
 
@@ -88,16 +90,6 @@ def default_model(family: Any, budget: str) -> str:
     return max(allowed, key=lambda key: (scores.get(key, 0.0), size(key)))
 
 
-def _show_message(message: dict[str, Any], width: int) -> str:
-    text = str(message.get("content") or "")
-    calls = [
-        f"{c['function']['name']}({json.dumps(c['function'].get('arguments'), sort_keys=True)})"
-        for c in message.get("tool_calls") or []
-    ]
-    line = " ".join(filter(None, [text.replace("\n", " ⏎ "), *(f"→ {c}" for c in calls)]))
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def transcripts(
     name: Annotated[str, typer.Argument(help="Registered family name")],
     budget: Annotated[str, typer.Option(help="fast or full")] = "full",
@@ -136,7 +128,7 @@ def transcripts(
     for ex, r, score in zip(examples, rollouts, report.scores, strict=True):
         console.rule(f"{ex.id}  answer {ex.answer!r}  score {score:.2f}  tool calls {r.tool_calls}")
         for m in r.messages[1:]:
-            console.print(Text.assemble((m["role"], "bold"), ": ", _show_message(m, width)), highlight=False)
+            console.print(Text.assemble((m["role"], "bold"), ": ", message_line(m, width)), highlight=False)
         rows.append(
             {
                 "id": ex.id,
