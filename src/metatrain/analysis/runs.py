@@ -71,8 +71,17 @@ def runs_table(root: Path | str = "runs") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reward_parts(metrics: pd.DataFrame) -> list[str]:
+    """The rubric functions logged per step (``rewards/<name>/mean`` columns), by name."""
+    return sorted(
+        c.split("/")[1] for c in metrics.columns if c.startswith("rewards/") and c.endswith("/mean")
+    )
+
+
 def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
-    """Mean GRPO reward per training step (with its std band where logged)."""
+    """Mean GRPO reward per training step (with its std band where logged), and each rubric
+    function's mean (unweighted, dashed): partial credit rising while the answer reward stays flat
+    is how a gamed rubric looks."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
@@ -88,6 +97,8 @@ def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
             alpha=0.2,
             label="± std",
         )
+    for name in reward_parts(metrics):
+        ax.plot(metrics["step"], metrics[f"rewards/{name}/mean"], linestyle="--", label=name)
     ax.set_xlabel("training step")
     ax.set_ylabel("reward")
     ax.set_title("inner GRPO training")

@@ -1,0 +1,34 @@
+"""The training plot: the mean reward and each rubric function's own curve."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd
+
+from metatrain.analysis.runs import plot_training, reward_parts
+
+
+def test_each_rubric_function_gets_its_own_curve() -> None:
+    metrics = pd.DataFrame(
+        {
+            "step": [1, 2, 3],
+            "reward": [0.02, 0.10, 0.20],
+            "reward_std": [0.05, 0.1, 0.1],
+            "rewards/correct_answer/mean": [0.0, 0.0, 0.01],
+            "rewards/hop_progress/mean": [0.1, 0.5, 0.99],
+            "rewards/hop_progress/std": [0.1, 0.2, 0.05],
+        }
+    )
+    assert reward_parts(metrics) == ["correct_answer", "hop_progress"]
+    ax = plot_training(metrics)
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert lines["hop_progress"] == [0.1, 0.5, 0.99] and lines["correct_answer"] == [0.0, 0.0, 0.01]
+    assert lines["mean reward"] == [0.02, 0.10, 0.20]
+
+
+def test_no_metrics_says_so() -> None:
+    ax = plot_training(pd.DataFrame())
+    assert [t.get_text() for t in ax.texts] == ["no training metrics"]
