@@ -135,7 +135,8 @@ def _callbacks(writer: _MetricsWriter, t0: float, stop_after: float | None) -> l
 
 
 def _samples_callback(trainer: Any, path: Path) -> Any:
-    """A callback appending a few of each step's rollouts (TRL's ``_logs``) to ``samples.jsonl``."""
+    """A callback appending a few of each step's rollouts to ``samples.jsonl``. It reads TRL 1.16's
+    private ``_logs`` (the latest generation batch); tests/test_slow_training.py pins that."""
     from transformers import TrainerCallback
 
     from metatrain.training.samples import append_samples, sample_rows
