@@ -390,7 +390,23 @@ with (logs / "orchestrator.log").open("w") as orch, (logs / "trainer.log").open(
         orch.flush()
         tr.write("SUCCESS " + {trainer!r}.format(step=s, time="350ms", loss=-0.1 * s) + "\\n")
         tr.flush()
+        # prime-rl's save_rollouts: verifiers RolloutOutput dicts + its metadata, one JSON line each
+        rollouts = out / "run_default" / "rollouts" / ("step_" + str(s))
+        rollouts.mkdir(parents=True)
+        with (rollouts / "train_rollouts.jsonl").open("w") as fh:
+            for i in range(8):
+                fh.write(json.dumps({{
+                    "example_id": i // 4, "prompt": [{{"role": "user", "content": "q" + str(i // 4)}}],
+                    "completion": [{{"role": "assistant", "content": "<answer>" + str(i) + "</answer>"}}],
+                    "reward": float(i == 5), "metrics": {{"correct_answer": float(i == 5)}},
+                    "is_completed": True, "is_truncated": False, "advantage": 0.9 if i == 5 else -0.1,
+                    "group_id": "g" + str(i // 4), "policy_version": s,
+                }}) + "\\n")
+            fh.write('{{"example_id": 9, "prompt": [')  # a run stopped mid-write
         time.sleep(0.05)
+for copy in ("checkpoints/step_1", "run_default/broadcasts/step_1"):  # more weight copies
+    (out / copy).mkdir(parents=True)
+    (out / copy / "model.safetensors").write_bytes(b"copy")
 step_dir = out / "weights" / ("step_" + str(steps))
 step_dir.mkdir(parents=True)
 (step_dir / "model.safetensors").write_bytes(b"weights")
@@ -487,6 +503,14 @@ def test_train_streams_metrics_and_collects_weights(tmp_path: Path, plugins: Any
         and first["truncation_rate"] == 0.125
         and first["grad_norm"] == 1.2
     )
+    outputs = out / "prime-rl" / "outputs"
+    assert not any((outputs / rel).exists() for rel in prl.WEIGHT_COPIES)  # model/ holds the weights
+    assert (outputs / "logs" / "trainer.log").is_file() and (outputs / "run_default" / "rollouts").is_dir()
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["index"]) for r in samples] == [(k, i) for k in (1, 2, 3) for i in (0, 2, 4, 5, 6)]
+    best = samples[3]
+    assert best["question"] == "q1" and best["completion"][0]["content"] == "<answer>5</answer>"
+    assert best["rewards"] == {"correct_answer": 1.0} and best["advantage"] == 0.9
     assert sorted(p.name for p in (out / "model").iterdir()) == [
         "config.json",
         "model.safetensors",

@@ -119,3 +119,14 @@ def test_samples_command_names_what_is_missing_or_broken(tmp_path: Path) -> None
     path.write_text(path.read_text() + "{not json\n")
     broken = CliRunner().invoke(app, ["samples", str(run)], env={"COLUMNS": "300"})
     assert broken.exit_code == 2 and "samples.jsonl:3: not a JSON line" in broken.output
+
+
+def test_filtered_rollouts_without_an_advantage_are_never_the_best() -> None:
+    logs = {
+        "prompt": ["a", "b", "c"],
+        "completion": ["x", "y", "z"],
+        "rewards": {"correct_answer": [0.0, 1.0, 0.0]},
+        "advantages": [None, 0.5, None],  # prime-rl leaves filtered rollouts without one
+    }
+    assert [r["index"] for r in sample_rows(1, logs, k=1)] == [0, 1]
+    assert sample_rows(1, {**logs, "advantages": [None, None, None]}, k=1)[0]["advantage"] is None

@@ -1,8 +1,8 @@
 """The runner: one job bundle in, one result directory out (the unit that runs on GPU pods).
 
 Contract (docs/runner.md): ``run_job(bundle_dir, result_dir, device)`` writes into ``result_dir``
-``pre_eval.json``, ``train/metrics.jsonl``, ``train/samples.jsonl`` (a few training rollouts a step;
-TRL backend), ``train/model/`` (trained weights, safetensors),
+``pre_eval.json``, ``train/metrics.jsonl``, ``train/samples.jsonl`` (a few training rollouts a step),
+``train/model/`` (trained weights, safetensors),
 ``post_eval.json``, ``logs/*.log`` and ``result.json`` (a ``JobResult``). Pre- and post-eval run in
 fresh processes that load weights only; training runs agent code in the sandbox.
 """

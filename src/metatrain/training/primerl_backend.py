@@ -35,11 +35,15 @@ from metatrain.sandbox.linux import die_with_parent
 from metatrain.specs import BundleManifest, JobFile
 from metatrain.training.dialect import ParsedCall, call_tool, parse_assistant
 from metatrain.training.rollout import turn_token_cap
+from metatrain.training.samples import append_samples, prime_rl_rows
 from metatrain.training.table import primerl_seq_len, primerl_values
 
 PRIME_RL_VERSION = "0.6.0"
 PRIME_RL_COMMIT = "38494ccb4140897b1c9e7a9ba8da59dcd8940d47"
 PRIME_RL_DIR_ENV = "METATRAIN_PRIME_RL_DIR"
+ORCHESTRATOR_SUBDIR = "run_default"
+"""prime-rl puts the orchestrator's outputs (its saved rollouts among them) in this folder of the
+shared ``output_dir`` (``prime_rl/utils/validation.py`` at the pinned commit)."""
 AUTO_RENDERER_MODELS = frozenset({"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"})
 """Models prime-rl's ``renderer = "auto"`` resolves (its MODEL_RENDERER_MAP); others use vLLM's chat API."""
 TOOL_CALL_PARSER = "hermes"
@@ -513,6 +517,29 @@ def collect_weights(outputs: Path, dest: Path, *, lora: bool) -> int:
     return int(src.name.removeprefix("step_"))
 
 
+WEIGHT_COPIES = (
+    "weights",
+    "checkpoints",
+    f"{ORCHESTRATOR_SUBDIR}/broadcasts",
+    f"{ORCHESTRATOR_SUBDIR}/checkpoints",
+)
+"""prime-rl's folders of weights and checkpoints under ``output_dir``: copies of what ``model/`` holds
+after ``collect_weights`` (the broadcasts are the per-step weights sent to vLLM)."""
+
+
+def drop_weight_copies(outputs: Path) -> list[str]:
+    """Delete prime-rl's weight and checkpoint folders once ``model/`` holds the final weights, so a
+    pod's result (shipped back without ``train/model/`` unless asked) does not carry gigabytes of
+    copies; returns the folders deleted. Logs and saved rollouts stay."""
+    dropped = []
+    for rel in WEIGHT_COPIES:
+        path = outputs / rel
+        if path.is_dir():
+            shutil.rmtree(path)
+            dropped.append(rel)
+    return dropped
+
+
 # -- training ----------------------------------------------------------------------------------
 
 
@@ -527,7 +554,9 @@ def train(
     poll_seconds: float = 1.0,
     stop_grace_seconds: float = 30.0,
 ) -> dict[str, Any]:
-    """Train one bundle with prime-rl; writes ``metrics.jsonl``, ``model/`` and ``prime-rl/`` in ``out_dir``.
+    """Train one bundle with prime-rl; writes ``metrics.jsonl``, ``samples.jsonl`` (from prime-rl's
+    saved training rollouts), ``model/`` and ``prime-rl/`` (its config, logs and rollouts; its
+    weight copies are deleted once ``model/`` holds the weights) in ``out_dir``.
 
     Returns the TRL backend's summary keys (``train_seconds``, ``setup_seconds``, ``steps``,
     ``dataset_size`` (None: prime-rl does not report it), ``history``). Raises PrimeRLConfigError,
@@ -583,6 +612,8 @@ def train(
         reasons = describe_failure(text)
         raise PrimeRLRunError(f"`uv run rl` exited with code {proc.returncode}: " + "; ".join(reasons))
     steps = collect_weights(outputs, out_dir / "model", lora=manifest.job.train.lora is not None)
+    drop_weight_copies(outputs)
+    append_samples(out_dir / "samples.jsonl", prime_rl_rows(outputs / ORCHESTRATOR_SUBDIR / "rollouts"))
     history = [json.loads(line) for line in metrics.read_text().splitlines() if line]
     return {
         "train_seconds": train_seconds,
