@@ -103,6 +103,11 @@ def test_samples_command_shows_the_last_step_or_the_one_asked(tmp_path: Path) ->
     assert "step 1" in first.output and "hop_progress 1.00" in first.output and "step 2" not in first.output
     every = CliRunner().invoke(app, ["samples", str(run), "--step", "0"], env={"COLUMNS": "200"})
     assert "step 1" in every.output and "step 2" in every.output
+    path = run / "job" / "result" / "train" / "samples.jsonl"
+    logs = {"prompt": ["q"], "completion": ["a"], "rewards": {"hop_progress": [None]}, "advantages": [None]}
+    append_samples(path, sample_rows(3, logs))  # a score prime-rl did not record for this rollout
+    missing = CliRunner().invoke(app, ["samples", str(run)], env={"COLUMNS": "200"})
+    assert missing.exit_code == 0 and "hop_progress None" in missing.output
 
 
 def test_samples_command_names_what_is_missing_or_broken(tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _number(value: Any) -> str:
+    """A score to two decimals; anything else (a missing score is None) as it is."""
+    return f"{value:.2f}" if isinstance(value, int | float) else str(value)
+
+
 def samples(
     run: Annotated[Path, typer.Argument(help="An episode run folder (runs/<id>) or a job result folder")],
     step: Annotated[
@@ -66,7 +71,7 @@ def samples(
     for r in rows:
         if wanted and int(r["step"]) != wanted:
             continue
-        rewards = "  ".join(f"{name} {value:.2f}" for name, value in r.get("rewards", {}).items())
+        rewards = "  ".join(f"{name} {_number(value)}" for name, value in r.get("rewards", {}).items())
         advantage = r.get("advantage")
         adv = f"  advantage {advantage:+.2f}" if isinstance(advantage, int | float) else ""
         console.rule(f"step {r['step']}  rollout {r.get('index')}  {rewards}{adv}")
