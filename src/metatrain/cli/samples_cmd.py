@@ -25,7 +25,7 @@ def find_samples(run: Path) -> Path:
         if path.is_file():
             return path
     looked = ", ".join(str(run / place / SAMPLES_FILE) for place in _PLACES)
-    raise FileNotFoundError(f"no {SAMPLES_FILE} under {run} (looked at {looked}); the TRL backend writes it")
+    raise FileNotFoundError(f"no {SAMPLES_FILE} under {run} (looked at {looked}); training writes it")
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:

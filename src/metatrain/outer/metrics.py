@@ -23,12 +23,13 @@ TRAINING_KEYS: tuple[str, ...] = tuple(TrainingTable.model_fields)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSONL log (``metrics.jsonl``, ``episodes.jsonl``): none if it does not exist yet, a
-    line that does not parse (torn by a kill) skipped."""
+    """The records of a JSONL log (``metrics.jsonl``, ``episodes.jsonl``, prime-rl's saved rollouts):
+    none if it does not exist yet, a line that does not parse (torn by a kill, even mid-character)
+    skipped."""
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

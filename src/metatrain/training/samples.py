@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from metatrain.outer.metrics import read_jsonl
+
 SAMPLES_PER_STEP = 4
 
 
@@ -86,14 +88,7 @@ def prime_rl_rows(rollout_dir: Path, k: int = SAMPLES_PER_STEP) -> list[dict[str
             steps.append((int(suffix), step_dir / PRIME_RL_ROLLOUTS))
     rows: list[dict[str, Any]] = []
     for number, path in sorted(steps):
-        records = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
+        records = [r for r in read_jsonl(path) if isinstance(r, dict)]
         names = sorted({name for r in records for name in (r.get("metrics") or {})})
         logs = {
             "prompt": [r.get("prompt") for r in records],
