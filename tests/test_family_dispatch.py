@@ -360,3 +360,34 @@ def test_reference_env_rubric_pays_right_queues_backed_by_fetched_records(tmp_pa
 def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
     scores = probe_reference_job(FAMILY, budget, tmp_path)
     assert set(scores["lookup_progress"]) == {0.0}
+
+
+TICKET_FACTS = Difficulty(
+    n_tickets=5, n_route=2, n_rules=4, max_clauses=1, use_sla=False, customer_rules=False
+)
+"""A calibration level (``LEVELS``): rules on ticket facts only, so one lookup decides a ticket."""
+
+
+def test_rules_on_ticket_facts_need_only_the_ticket_and_stay_unguessable(tmp_path: Path) -> None:
+    examples = [generate_example(random.Random(s), TICKET_FACTS, "x") for s in range(200)]
+    fields = {c["field"] for ex in examples for r in ex.info["rules"] for c in r["clauses"]}
+    assert fields == {"ticket.category", "ticket.severity", "ticket.channel"}
+    assert all(item["kind"] == "ticket" for ex in examples for items in ex.info["lookups"] for item in items)
+    assert Dispatch().at_knobs("full", TICKET_FACTS).task_spec("full").eval.max_turns == 2 + 2
+    for ex in examples[:20]:
+        assert solve(ex)[0] == ex.answer
+    outcomes = Counter(m for ex in examples for m in ex.info["matched_rules"])
+    assert set(outcomes) == set(range(5)) and min(outcomes.values()) > 40  # uniform over 5 outcomes
+    _mirrors(_rendered_env(tmp_path, TICKET_FACTS, "ticket_facts"), TICKET_FACTS)
+
+
+def test_the_customer_rules_knob_leaves_the_shipped_draws_unchanged() -> None:
+    for budget in BUDGETS:
+        d = DIFFICULTY[budget]
+        assert d.customer_rules
+        explicit = Difficulty(
+            d.n_tickets, d.n_route, d.n_rules, d.max_clauses, d.use_sla, customer_rules=True
+        )
+        for seed in range(5):
+            a = generate_example(random.Random(seed), d, "x")
+            assert a == generate_example(random.Random(seed), explicit, "x")

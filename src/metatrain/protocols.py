@@ -4,6 +4,8 @@ Contracts:
 - ``TaskFamily`` objects are stateless and cheap to construct; every method may be called many
   times and from several processes. ``hidden_eval`` is called only by the runner's eval phase, in
   a process that runs no agent-written code.
+- ``LeveledFamily`` (optional for a task family) offers candidate difficulty levels to
+  ``metatrain calibrate``; each level is a family drawing at other knobs, never a new version.
 - ``ComputeProvider`` turns a job bundle directory into a ``JobResult``; ``submit`` is idempotent
   per job id.
 - ``RewardScheme.compute`` is a pure function of its inputs.
@@ -14,7 +16,7 @@ Contracts:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -56,6 +58,15 @@ class TaskFamily(Protocol):
 
     def baselines_path(self) -> Path:
         """Where this family's frozen baselines file lives."""
+        ...
+
+
+@runtime_checkable
+class LeveledFamily(Protocol):
+    """A task family with candidate difficulty levels for ``metatrain calibrate`` (optional)."""
+
+    def calibration_levels(self, budget: str) -> Mapping[str, TaskFamily]:
+        """The family at each candidate level, hardest first: label -> a family drawing at it."""
         ...
 
 

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from metatrain.cli import calibrate_cmd, samples_cmd, train_cmd, worker_cmd
 from metatrain.cli import families as families_cli
-from metatrain.cli import samples_cmd, train_cmd, worker_cmd
 from metatrain.cli.fleet import fleet_app
 from metatrain.cli.runner_cmd import runner_app
 
@@ -259,6 +259,7 @@ def run_job_cmd(bundle: Path, result_dir: Path, device: Annotated[str, typer.Opt
 
 
 families_cli.register(app)
+calibrate_cmd.register(app)
 worker_cmd.register(app)
 train_cmd.register(app)
 samples_cmd.register(app)

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT, GuessFloor, guess_floor
 from metatrain.protocols import TaskFamily
 from metatrain.specs import Example, TaskSpec, parse_job_toml
 from metatrain.training.table import bound_errors
@@ -182,12 +183,15 @@ def check_reference_job(family: TaskFamily, budget: str) -> str | None:
     return None if outcome.report.ok else "; ".join(outcome.report.errors)
 
 
-def check_guess_floor(family: TaskFamily, budget: str) -> str | None:
-    from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT, guess_floor
-
+def measure_guess_floor(family: TaskFamily, budget: str) -> GuessFloor:
+    """The best tool-free guesser's score on the hidden eval, fitted on a draw under another secret."""
     with _secret("conformance-guesser"):
         train = family.hidden_eval(budget)
-    floor = guess_floor(family, train, family.hidden_eval(budget))
+    return guess_floor(family, train, family.hidden_eval(budget))
+
+
+def check_guess_floor(family: TaskFamily, budget: str) -> str | None:
+    floor = measure_guess_floor(family, budget)
     if floor.score >= GUESS_FLOOR_LIMIT:
         return (
             f"a tool-free guess scores {floor.score:.3f} on the hidden eval (limit {GUESS_FLOOR_LIMIT}): "

@@ -10,7 +10,9 @@ import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar, get_type_hints
+from typing import Any, ClassVar, Generic, TypeVar, cast, get_type_hints
+
+import attrs
 
 from metatrain.specs import Bounds, EvalInterface, Example, FloatRange, IntRange, TaskSpec, ToolSchema
 from metatrain_families.secret import eval_seed
@@ -176,6 +178,8 @@ class GeneratedFamily(Generic[D]):
 
     On since the 1.1/1.2 versions: untrained Qwen2.5-Coder called tools until the turn cap on four
     families and never answered (docs/families.md, calibration)."""
+    levels: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    """Candidate knobs per budget for ``metatrain calibrate``, hardest first: label -> knobs."""
     models: ClassVar[Sequence[str]] = MODELS
     fast_models: ClassVar[Sequence[str]] = FAST_MODELS
     eval_n: ClassVar[Mapping[str, int]] = EVAL_N
@@ -208,6 +212,28 @@ class GeneratedFamily(Generic[D]):
             raise ValueError(f"unknown budget {budget!r}; choose one of {sorted(self.difficulty)}")
         knobs: D = self.difficulty[budget]
         return knobs
+
+    def calibration_levels(self, budget: str) -> dict[str, GeneratedFamily[D]]:
+        """The family at each candidate level of ``budget``, hardest first; the level equal to the
+        current knobs is this family itself (``current`` first when no level equals them)."""
+        current = self.knobs(budget)
+        declared = dict(self.levels.get(budget, {}))
+        out: dict[str, GeneratedFamily[D]] = {}
+        if current not in declared.values():
+            out["current"] = self
+        for label, knobs in declared.items():
+            out[label] = self if knobs == current else self.at_knobs(budget, knobs)
+        return out
+
+    def at_knobs(self, budget: str, knobs: D) -> GeneratedFamily[D]:
+        """A copy of this family (same name, version and secret) whose ``budget`` draws use ``knobs``:
+        for calibration only, since its examples are not the ones the version's baselines score."""
+        cls = type(self)
+        body = {"difficulty": {**self.difficulty, budget: knobs}, "__module__": cls.__module__}
+        variant = type(cls.__name__, (cls,), body)
+        fields = {f.name: getattr(self, f.name) for f in attrs.fields(cast(Any, cls))}
+        made: GeneratedFamily[D] = variant(**fields)
+        return made
 
     def dev_examples(self, budget: str) -> list[Example]:
         """The public dev examples, drawn from ``name|version|dev``."""

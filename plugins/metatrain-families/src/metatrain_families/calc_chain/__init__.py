@@ -31,6 +31,14 @@ class Difficulty:
 
 
 DIFFICULTY = {"fast": Difficulty(2, (2, 30), (2, 12)), "full": Difficulty(2, (2, 60), (2, 20))}
+LEVELS = {
+    "full": {
+        "3 ops, start <= 30, operands <= 12": Difficulty(3, (2, 30), (2, 12)),
+        "2 ops, start <= 60, operands <= 20": DIFFICULTY["full"],
+        "2 ops, start <= 30, operands <= 12": DIFFICULTY["fast"],
+    }
+}
+"""Candidates for ``metatrain calibrate``, hardest first (the 2026-12-03 sweep's levels)."""
 
 
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
@@ -67,6 +75,7 @@ class CalcChain(GeneratedFamily[Difficulty]):
     held_out: bool = False
 
     difficulty = DIFFICULTY
+    levels = LEVELS
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT

@@ -21,6 +21,19 @@ DIFFICULTY = {
     "fast": Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
     "full": Difficulty(n_tickets=5, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
 }
+LEVELS = {
+    "full": {
+        "3 tickets, 3 rules": DIFFICULTY["full"],
+        "3 tickets, 3 rules on ticket facts": attrs.evolve(DIFFICULTY["full"], customer_rules=False),
+        "2 tickets, 4 rules": attrs.evolve(DIFFICULTY["full"], n_route=2, n_rules=4),
+        "2 tickets, 4 rules on ticket facts": attrs.evolve(
+            DIFFICULTY["full"], n_route=2, n_rules=4, customer_rules=False
+        ),
+    }
+}
+"""Candidates for ``metatrain calibrate``, hardest first. Every embedded model scores 0 at the
+current level (the calibration notes in docs/families.md); rules on ticket facts alone need one
+lookup a ticket, and two tickets with four rules keep a blind guess near 1/25."""
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
 
@@ -39,6 +52,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
     held_out: bool = False
 
     difficulty = DIFFICULTY
+    levels = LEVELS
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT
@@ -52,13 +66,14 @@ class Dispatch(GeneratedFamily[Difficulty]):
     templates = __name__
 
     def describe(self, d: Difficulty) -> str:
+        customer = ", the customer's tier or region" if d.customer_rules else ""
         sla = ", or the SLA response hours of the customer's tier" if d.use_sla else ""
         return (
             f"Teach a small model to route support tickets to queues. Each prompt names {d.n_route} "
             f"ticket ids and lists {d.n_rules} routing rules checked in order (first match wins) plus a "
             "default; every ticket is routed by the same rules. Rules have up to "
-            f"{d.max_clauses} condition(s) on the ticket's category, severity or channel, the "
-            f"customer's tier or region{sla}. Rules, queue names and the world ({d.n_tickets} tickets "
+            f"{d.max_clauses} condition(s) on the ticket's category, severity or channel{customer}"
+            f"{sla}. Rules, queue names and the world ({d.n_tickets} tickets "
             "with their customers, and the SLAs) are generated afresh per example; the facts are "
             "reachable only through the tools (get_ticket gives the customer id, get_customer the "
             "tier), and for each ticket the matching rule is uniform over the rules and the default, "
@@ -82,6 +97,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             "n_rules": d.n_rules,
             "max_clauses": d.max_clauses,
             "use_sla": d.use_sla,
+            "customer_rules": d.customer_rules,
         }
 
     def score(self, example: Example, final_text: str) -> float:

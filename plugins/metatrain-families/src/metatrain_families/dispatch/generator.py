@@ -72,6 +72,9 @@ class Difficulty:
     max_clauses: int
     use_sla: bool
     """Whether rules may test the SLA of the customer's tier (a third, dependent lookup)."""
+    customer_rules: bool = True
+    """Whether rules may test the customer's tier or region; without them (and without SLAs) one
+    lookup per ticket decides its queue (a calibration level: ``metatrain calibrate dispatch``)."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.n_route <= self.n_tickets:
@@ -84,12 +87,18 @@ class Difficulty:
     @property
     def lookups_per_ticket(self) -> int:
         """Records one routed ticket may need: the ticket, its customer and (with SLAs) the tier's SLA."""
-        return 3 if self.use_sla else 2
+        return 3 if self.use_sla else 2 if self.customer_rules else 1
 
     @property
     def max_lookups(self) -> int:
         """Tool calls a solver may need for the whole prompt."""
         return self.n_route * self.lookups_per_ticket
+
+
+def rule_may_test(field: str, use_sla: bool, customer_rules: bool) -> bool:
+    """Whether a rule may have a clause on ``field`` under these knobs."""
+    kind = field.split(".")[0]
+    return (kind != "sla" or use_sla) and (kind != "customer" or customer_rules)
 
 
 def answer_template(n_route: int) -> str:
@@ -99,7 +108,7 @@ def answer_template(n_route: int) -> str:
 
 def _rule(rng: random.Random, d: Difficulty, queue: str) -> dict[str, Any]:
     """A rule drawn without looking at any ticket: 1..max_clauses clauses on distinct fields."""
-    fields = [f for f in FIELDS if d.use_sla or not f.startswith("sla.")]
+    fields = [f for f in FIELDS if rule_may_test(f, d.use_sla, d.customer_rules)]
     chosen = rng.sample(fields, rng.randint(1, min(d.max_clauses, len(fields))))
     clauses = [{"field": f, "op": FIELDS[f][0], "value": rng.choice(VALUES[f])} for f in chosen]
     return {"clauses": clauses, "queue": queue}

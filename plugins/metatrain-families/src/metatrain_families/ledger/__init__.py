@@ -18,6 +18,19 @@ DIFFICULTY = {
     "fast": Difficulty(2, 2, (20, 100), (5, 60), refuse_p=0.3, open_p=0.0, questions=("balance",)),
     "full": Difficulty(2, 2, (20, 150), (5, 120), refuse_p=0.35, open_p=0.0, questions=("balance", "total")),
 }
+LEVELS = {
+    "full": {
+        "4 instructions, new accounts, balance/total": Difficulty(
+            2, 4, (20, 150), (5, 120), refuse_p=0.35, open_p=0.3, questions=("balance", "total")
+        ),
+        "3 instructions, balance/total": Difficulty(
+            2, 3, (20, 150), (5, 120), refuse_p=0.35, open_p=0.0, questions=("balance", "total")
+        ),
+        "2 instructions, balance/total": DIFFICULTY["full"],
+        "2 instructions, balance": DIFFICULTY["fast"],
+    }
+}
+"""Candidates for ``metatrain calibrate``, hardest first."""
 
 
 def _max_turns(d: Difficulty) -> int:
@@ -51,6 +64,7 @@ class Ledger(GeneratedFamily[Difficulty]):
     held_out: bool = False
 
     difficulty = DIFFICULTY
+    levels = LEVELS
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT

@@ -18,6 +18,16 @@ DIFFICULTY = {
     "fast": Difficulty(n_people=8, hops=2, attributes=("name", "city")),
     "full": Difficulty(n_people=10, hops=3, attributes=("name", "city")),
 }
+LEVELS = {
+    "full": {
+        "10 people, 3 hops, name/city": DIFFICULTY["full"],
+        "10 people, 2 hops, name/city/job": Difficulty(
+            n_people=10, hops=2, attributes=("name", "city", "job")
+        ),
+        "8 people, 2 hops, name/city": DIFFICULTY["fast"],
+    }
+}
+"""Candidates for ``metatrain calibrate``, hardest first (the 2026-12-03 sweep's levels)."""
 MAX_TOKENS = 64
 
 
@@ -35,6 +45,7 @@ class MultiHop(GeneratedFamily[Difficulty]):
     held_out: bool = False
 
     difficulty = DIFFICULTY
+    levels = LEVELS
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT

@@ -15,6 +15,14 @@ SYSTEM_PROMPT = (
     "with <answer>TEXT</answer>."
 )
 DIFFICULTY = {"fast": Difficulty(2, (6, 9)), "full": Difficulty(2, (8, 12))}
+LEVELS = {
+    "full": {
+        "3 steps, 6-9 characters": Difficulty(3, (6, 9)),
+        "2 steps, 8-12 characters": DIFFICULTY["full"],
+        "2 steps, 6-9 characters": DIFFICULTY["fast"],
+    }
+}
+"""Candidates for ``metatrain calibrate``, hardest first (the 2026-12-03 sweep's levels)."""
 MAX_TOKENS = 96
 
 
@@ -27,6 +35,7 @@ class StringPipeline(GeneratedFamily[Difficulty]):
     held_out: bool = False
 
     difficulty = DIFFICULTY
+    levels = LEVELS
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT

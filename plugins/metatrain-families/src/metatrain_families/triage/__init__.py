@@ -30,6 +30,20 @@ DIFFICULTY = {
     "fast": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)),
     "full": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")),
 }
+LEVELS = {
+    "full": {
+        "1 dependency, deploy/team": DIFFICULTY["full"],
+        "1 dependency, deploy": DIFFICULTY["fast"],
+        "no dependency, deploy/team": Difficulty(
+            n_deps=0, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")
+        ),
+        "no dependency, deploy": Difficulty(
+            n_deps=0, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)
+        ),
+    }
+}
+"""Candidates for ``metatrain calibrate``, hardest first: without a dependency the culprit is the
+alerting service's own last deploy before the incident (two lookups)."""
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -70,6 +84,7 @@ class Triage(GeneratedFamily[Difficulty]):
     held_out: bool = True
 
     difficulty = DIFFICULTY
+    levels = LEVELS
     generate = staticmethod(generate_example)
     tools = TOOLS
     system_prompt = SYSTEM_PROMPT
