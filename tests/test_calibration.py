@@ -172,3 +172,37 @@ def test_the_command_plays_a_real_model(tmp_path: Path) -> None:
     assert score["score"] in (0.0, 0.5, 1.0) and score["ci95"][0] <= score["score"] <= score["ci95"][1]
     in_band = CALIBRATION_BAND[0] <= score["score"] <= CALIBRATION_BAND[1]
     assert report["chosen"] == ("current" if in_band else None)
+
+
+def test_band_note_places_a_score_against_the_band() -> None:
+    from metatrain.conformance.calibration import band_note
+
+    low, high = CALIBRATION_BAND
+    assert [band_note(x) for x in (0.0, low, 0.3, high, high + 0.01)] == [
+        "below band",
+        "in band",
+        "in band",
+        "in band",
+        "above band",
+    ]
+
+
+def test_families_lists_where_each_best_untrained_score_lies(monkeypatch: pytest.MonkeyPatch) -> None:
+    import metatrain.cli.families as cmd
+    from metatrain.baselines import load_baselines
+    from metatrain.conformance.calibration import band_note
+
+    monkeypatch.setattr(cmd, "console", Console(width=300))
+    result = CliRunner().invoke(app, ["families"])
+    assert result.exit_code == 0, result.output
+    for name in FAMILIES:
+        family = load_plugins().task_family(name)
+        allowed = list(family.task_spec("full").bounds.models)
+        scores = {
+            m: e.score for m, e in load_baselines(family, "full", allowed).models.items() if m in allowed
+        }
+        best = max(scores.values())
+        (row,) = [line for line in result.output.splitlines() if f" {name} " in line]
+        assert f"{best:.3f}" in row and band_note(best) in row, row
+        if list(scores.values()).count(best) == len(allowed):
+            assert "every model" in row

@@ -18,21 +18,39 @@ console = Console()
 
 
 def families() -> None:
-    """List the registered task families (held-out ones marked) and their baselines."""
+    """List the registered task families (held-out ones marked), their baselines, and where the best
+    untrained model's ``full`` score lies against the calibration band (0.05-0.8)."""
     from metatrain.baselines import StaleBaselinesError, load_baselines
+    from metatrain.conformance.calibration import band_note
     from metatrain.plugins import load_plugins
 
     pm = load_plugins()
-    table = Table("family", "version", "held out", "eval n (fast/full)", "baselines", "distribution")
+    table = Table(
+        "family",
+        "version",
+        "held out",
+        "eval n (fast/full)",
+        "baselines",
+        "best untrained (full)",
+        "distribution",
+    )
     for reg in pm.registrations("task_families"):
         fam = reg.obj
-        states = []
+        states, best = [], "—"
         for budget in ("fast", "full"):
+            allowed = list(fam.task_spec(budget).bounds.models)
             try:
-                load_baselines(fam, budget, fam.task_spec(budget).bounds.models)
+                entry = load_baselines(fam, budget, allowed)
                 states.append(f"{budget}: ok")
             except StaleBaselinesError:
                 states.append(f"{budget}: stale")
+                continue
+            if budget == "full":
+                scores = {m: entry.models[m].score for m in allowed}
+                score = max(scores.values())
+                tops = [m for m, x in scores.items() if x == score]
+                who = "every model" if len(tops) == len(allowed) > 1 else ", ".join(tops)
+                best = f"{score:.3f} {who}, {band_note(score)}"
         n = "/".join(str(fam.task_spec(b).eval_n) for b in ("fast", "full"))
         table.add_row(
             fam.name,
@@ -40,6 +58,7 @@ def families() -> None:
             "[bold]HELD OUT[/]" if fam.held_out else "",
             n,
             ", ".join(states),
+            best,
             reg.distribution,
         )
     console.print(table)

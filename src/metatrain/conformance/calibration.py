@@ -24,6 +24,11 @@ CALIBRATION_BAND = (0.05, 0.8)
 untrained best_pre ranged 0.24-0.74)."""
 
 
+def band_note(score: float, band: tuple[float, float] = CALIBRATION_BAND) -> str:
+    """Where a best untrained score lies: ``below band``, ``in band`` or ``above band``."""
+    return "below band" if score < band[0] else "above band" if score > band[1] else "in band"
+
+
 class ModelScore(BaseModel):
     """One untrained model on one level's hidden eval."""
 
