@@ -138,3 +138,56 @@ def test_command_names_unfinished_runs_and_keeps_the_rest(
     assert captured.out.count("| ledger |") == 1
     assert "left out:" in captured.err and "run-2" in captured.err
     assert "training diverged: nan" in captured.err
+
+
+def _pairs(both: int, gained: int, lost: int, neither: int) -> tuple[list[float], list[float]]:
+    """(post, pre) 0/1 scores of the same examples from the paired 2x2 table."""
+    post = [1.0] * both + [1.0] * gained + [0.0] * lost + [0.0] * neither
+    pre = [1.0] * both + [0.0] * gained + [1.0] * lost + [0.0] * neither
+    return post, pre
+
+
+def test_paired_interval_without_correlation_is_the_unpaired_one() -> None:
+    from metatrain.analysis.uplift import paired_interval
+
+    post, pre = _pairs(both=1, gained=9, lost=3, neither=37)  # ad - bc = 10 <= n/2: phi taken as 0
+    unpaired = difference_interval(0.2, interval95(post), 0.08, interval95(pre))
+    assert paired_interval(post, pre) == pytest.approx(unpaired)
+
+
+def test_paired_interval_narrows_with_correlation_and_is_antisymmetric() -> None:
+    from metatrain.analysis.uplift import paired_interval
+
+    post, pre = _pairs(both=15, gained=12, lost=1, neither=172)  # training kept almost every pre success
+    lo, hi = paired_interval(post, pre)
+    ulo, uhi = difference_interval(27 / 200, interval95(post), 16 / 200, interval95(pre))
+    assert ulo < 0 < lo < 11 / 200 < hi < uhi  # the same examples, so the interval clears zero
+    assert paired_interval(pre, post) == pytest.approx((-hi, -lo))
+    assert paired_interval(*_pairs(0, 0, 0, 50)) == pytest.approx((0.0, 0.0), abs=0.08)
+    with pytest.raises(ValueError, match="same examples"):
+        paired_interval([1.0], [1.0, 0.0])
+    with pytest.raises(ValueError, match="0/1"):
+        paired_interval([0.5], [1.0])
+
+
+def test_mcnemar_exact_p_by_hand() -> None:
+    from metatrain.analysis.uplift import mcnemar_p
+
+    assert mcnemar_p(10, 0) == pytest.approx(2 / 1024)
+    assert mcnemar_p(3, 1) == pytest.approx(2 * 5 / 16)
+    assert mcnemar_p(1, 3) == mcnemar_p(3, 1)
+    assert mcnemar_p(5, 5) == 1.0 and mcnemar_p(0, 0) == 1.0
+
+
+def test_row_pairs_post_with_the_jobs_own_pre_eval(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    post, pre = _pairs(both=2, gained=22, lost=1, neither=23)
+    result = run / "job" / "result"
+    (result / "pre_eval.json").write_text(json.dumps({"score": sum(pre) / 48, "scores": pre}))
+    assert uplift_row(run).paired is None  # no post scores: no paired column
+    (result / "post_eval.json").write_text(json.dumps({"score": sum(post) / 48, "scores": post}))
+    row = uplift_row(run)
+    assert row.paired is not None and (row.paired.gained, row.paired.lost) == (22, 1)
+    assert row.paired.p_value < 1e-4 and row.paired.ci95[0] > 0
+    assert "22 gained / 1 lost, p=5.72e-06 |" in markdown_table([row])
+    assert markdown_table([uplift_row(_run_dir(tmp_path, name="bare"))]).rstrip().endswith("| cpu | — |")

@@ -3,6 +3,11 @@
 ``python -m metatrain.analysis.uplift runs/*/result.json`` prints the markdown table that
 docs/families.md carries (one row per finished run directory); a run whose job did not finish is
 named with its error on stderr and makes the exit status 1.
+
+The uplift column compares post with the frozen baseline (two independent estimates). The last
+column compares post with the job's own pre-eval example by example (the same model, the same
+hidden examples): how many examples training gained and lost, a paired interval, and McNemar's
+exact test on those discordant examples.
 """
 
 from __future__ import annotations
@@ -32,6 +37,69 @@ def difference_interval(
     return (lo, hi)
 
 
+def paired_interval(post: Sequence[float], pre: Sequence[float]) -> tuple[float, float]:
+    """95% interval of ``mean(post) - mean(pre)`` for 0/1 scores of the same examples.
+
+    Newcombe's square-and-add method for paired proportions (his method 10): each rate's Wilson
+    interval, combined through the 2x2 table's phi, whose numerator ``ad - bc`` is continuity
+    corrected (less n/2 when above it, 0 between 0 and n/2; phi is 0 when a margin is empty).
+    """
+    from metatrain.training.evaluation import interval95
+
+    if len(post) != len(pre) or not post:
+        raise ValueError(f"paired scores need the same examples, got {len(post)} and {len(pre)}")
+    if any(x not in (0.0, 1.0) for x in (*post, *pre)):
+        raise ValueError("paired_interval takes 0/1 scores")
+    n = len(post)
+    a = sum(1 for x, y in zip(post, pre, strict=True) if x and y)
+    b = sum(1 for x, y in zip(post, pre, strict=True) if x and not y)
+    c = sum(1 for x, y in zip(post, pre, strict=True) if y and not x)
+    d = n - a - b - c
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = interval95(list(post))
+    l2, u2 = interval95(list(pre))
+    denom = math.sqrt((a + b) * (c + d) * (a + c) * (b + d))
+    cross = a * d - b * c
+    corrected = cross - n / 2 if cross > n / 2 else min(cross, 0)
+    phi = corrected / denom if denom else 0.0
+    lo = (p1 - p2) - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    hi = (p1 - p2) + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return (lo, hi)
+
+
+def mcnemar_p(gained: int, lost: int) -> float:
+    """Exact two-sided McNemar p-value: ``gained`` and ``lost`` are the discordant examples."""
+    m = gained + lost
+    if m == 0:
+        return 1.0
+    tail = sum(math.comb(m, k) for k in range(min(gained, lost) + 1)) / 2**m
+    return min(1.0, 2 * tail)
+
+
+@attrs.frozen
+class PairedChange:
+    """Post against the job's own pre-eval, example by example."""
+
+    gained: int
+    lost: int
+    ci95: tuple[float, float]
+    p_value: float
+
+    @classmethod
+    def of(cls, post: Sequence[float], pre: Sequence[float]) -> PairedChange:
+        gained = sum(1 for x, y in zip(post, pre, strict=True) if x and not y)
+        lost = sum(1 for x, y in zip(post, pre, strict=True) if y and not x)
+        return cls(gained, lost, paired_interval(post, pre), mcnemar_p(gained, lost))
+
+
+def _eval_scores(path: Path) -> list[float] | None:
+    try:
+        scores = json.loads(path.read_text()).get("scores")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return [float(x) for x in scores] if isinstance(scores, list) else None
+
+
 @attrs.frozen
 class UpliftRow:
     """One episode's job against the frozen baselines of its family and budget."""
@@ -52,6 +120,8 @@ class UpliftRow:
     stopped_at_deadline: bool
     device: str
     run_id: str
+    paired: PairedChange | None = None
+    """Post against pre on the same examples, when both evals kept their per-example scores."""
 
     @property
     def significant(self) -> bool:
@@ -82,6 +152,10 @@ def uplift_row(run_dir: Path) -> UpliftRow:
     best_model = next(m for m in sorted(models) if models[m]["score"] == summary.best_pre)
     best = models[best_model]
     post_ci = job["train_metrics"]["post_ci95"]
+    pre_scores = _eval_scores(run_dir / "job" / "result" / "pre_eval.json")
+    post_scores = _eval_scores(run_dir / "job" / "result" / "post_eval.json")
+    both = pre_scores is not None and post_scores is not None and len(pre_scores) == len(post_scores) > 0
+    scored_01 = both and all(x in (0.0, 1.0) for x in (*(pre_scores or []), *(post_scores or [])))
     return UpliftRow(
         family=result.family,
         version=result.family_version,
@@ -99,19 +173,33 @@ def uplift_row(run_dir: Path) -> UpliftRow:
         stopped_at_deadline=summary.stopped_at_deadline,
         device=job["device"],
         run_id=result.run_id,
+        paired=PairedChange.of(post_scores or [], pre_scores or []) if scored_01 else None,
+    )
+
+
+def paired_cell(change: PairedChange | None, post: float, pre: float) -> str:
+    """``+0.065 [+0.012, +0.118], 17 gained / 4 lost, p=0.007`` (or a dash without scores)."""
+    if change is None:
+        return "—"
+    lo, hi = change.ci95
+    return (
+        f"{post - pre:+.3f} [{lo:+.3f}, {hi:+.3f}], {change.gained} gained / {change.lost} lost, "
+        f"p={change.p_value:.3g}"
     )
 
 
 def markdown_table(rows: Sequence[UpliftRow]) -> str:
     head = (
         "| family | version | budget | model | best_pre (model) | pre | post | uplift | 95% interval "
-        "| n | train s | steps | device |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| n | train s | steps | device | post − pre, paired (McNemar) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
         f"| {r.family} | {r.version} | {r.budget} | {r.model} | {r.best_pre:.3f} ({r.best_pre_model}) "
         f"| {r.pre:.3f} | {r.post:.3f} | {r.uplift:+.3f} | [{r.ci95[0]:+.3f}, {r.ci95[1]:+.3f}]"
         f"{' ✓' if r.significant else ''} | {r.eval_n} | {r.train_seconds:.0f} "
-        f"| {r.train_steps}{' (wall)' if r.stopped_at_deadline else ''} | {r.device} |\n"
+        f"| {r.train_steps}{' (wall)' if r.stopped_at_deadline else ''} | {r.device} "
+        f"| {paired_cell(r.paired, r.post, r.pre)} |\n"
         for r in rows
     )
     return head + body
