@@ -22,7 +22,9 @@ class Tokenizer:
 
 def test_progress_counts_finished_rollouts_and_sums_to_n(monkeypatch: pytest.MonkeyPatch) -> None:
     # Conversation k calls the tool on its first k turns, then answers; k=3 hits the turn cap.
-    def generate(model: Any, tok: Any, prompts: list[str], max_tokens: int, temp: float) -> Any:
+    def generate(
+        model: Any, tok: Any, prompts: list[str], max_tokens: int, temp: float, prefixes: Any = None
+    ) -> Any:
         texts = []
         for prompt in prompts:
             messages = json.loads(prompt)
@@ -55,7 +57,9 @@ def test_progress_counts_finished_rollouts_and_sums_to_n(monkeypatch: pytest.Mon
 def _answering_generate(seen: list[tuple[str, bool]]) -> Any:
     """Calls a tool every turn while tools are offered; answers once they are not."""
 
-    def generate(model: Any, tok: Any, prompts: list[str], max_tokens: int, temp: float) -> Any:
+    def generate(
+        model: Any, tok: Any, prompts: list[str], max_tokens: int, temp: float, prefixes: Any = None
+    ) -> Any:
         texts = []
         for prompt in prompts:
             payload = json.loads(prompt)

@@ -107,6 +107,7 @@ def play(
     tokenizer: Any,
     batch_size: int = 64,
     on_progress: Any = None,
+    share_prefix: bool = True,
 ) -> list[Any]:
     """Greedy-play ``examples`` as the hidden eval does: its system prompt, tools, turn and token caps."""
     from metatrain.training.rollout import run_rollouts
@@ -123,6 +124,7 @@ def play(
         batch_size=batch_size,
         on_batch=on_progress,
         final_answer_turn=spec.eval.final_answer_turn,
+        share_prefix=share_prefix,
     )
 
 
