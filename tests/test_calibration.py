@@ -206,3 +206,15 @@ def test_families_lists_where_each_best_untrained_score_lies(monkeypatch: pytest
         assert f"{best:.3f}" in row and band_note(best) in row, row
         if list(scores.values()).count(best) == len(allowed):
             assert "every model" in row
+
+
+def test_the_level_table_marks_the_current_level_once() -> None:
+    from metatrain.cli.calibrate_cmd import level_table
+
+    console = Console(width=200, record=True)
+    current = _level("current", 0.1).model_copy(update={"current": True})
+    named = _level("2 tickets", 0.1).model_copy(update={"current": True})
+    console.print(level_table([current, named, _level("other", 0.9)], ["a", "b"]))
+    text = console.export_text()
+    assert "current (current)" not in text and "2 tickets (current)" in text
+    assert text.count("yes") == 2 and "0.900 [0.000, 1.000] n=10" in text

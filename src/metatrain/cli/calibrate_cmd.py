@@ -47,7 +47,7 @@ def level_table(results: Sequence[LevelResult], models: Sequence[str]) -> Table:
             for m in models
         ]
         floor = f"{r.guess_floor:.3f}" + ("" if r.guess_floor < GUESS_FLOOR_LIMIT else " (too high)")
-        label = f"{r.label} (current)" if r.current else r.label
+        label = f"{r.label} (current)" if r.current and r.label != "current" else r.label
         table.add_row(label, str(r.eval_max_turns), floor, *cells, "[green]yes[/]" if r.in_band() else "no")
     return table
 
