@@ -79,6 +79,8 @@ def test_the_shared_prefix_gives_left_paddings_next_token_logits(tiny: tuple[Any
     assert shared >= MIN_SHARED_PREFIX and len({len(r) for r in rows}) > 1  # a real prefix, real padding
     tokenizer.padding_side = "left"
     plain = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    left = pad_after_prefix(rows, 0, tokenizer.pad_token_id)  # how a batch without a prefix is laid out
+    assert left == (plain["input_ids"].tolist(), plain["attention_mask"].tolist())
     ids, mask = pad_after_prefix(rows, shared, tokenizer.pad_token_id)
     length, prefix = PrefixCache().get(model, rows)
     assert length == shared

@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,6 +38,17 @@ def difference_interval(
     return (lo, hi)
 
 
+def paired_counts(post: Sequence[float], pre: Sequence[float]) -> tuple[int, int, int, int]:
+    """The paired 2x2 table of 0/1 scores of the same examples: (both right, gained, lost, neither);
+    a ValueError for lists of different lengths, empty ones, or scores other than 0 and 1."""
+    if len(post) != len(pre) or not post:
+        raise ValueError(f"paired scores need the same examples, got {len(post)} and {len(pre)}")
+    if any(x not in (0.0, 1.0) for x in (*post, *pre)):
+        raise ValueError("paired scores must be 0/1")
+    pairs = Counter(zip(post, pre, strict=True))
+    return (pairs[1.0, 1.0], pairs[1.0, 0.0], pairs[0.0, 1.0], pairs[0.0, 0.0])
+
+
 def paired_interval(post: Sequence[float], pre: Sequence[float]) -> tuple[float, float]:
     """95% interval of ``mean(post) - mean(pre)`` for 0/1 scores of the same examples.
 
@@ -46,15 +58,8 @@ def paired_interval(post: Sequence[float], pre: Sequence[float]) -> tuple[float,
     """
     from metatrain.training.evaluation import interval95
 
-    if len(post) != len(pre) or not post:
-        raise ValueError(f"paired scores need the same examples, got {len(post)} and {len(pre)}")
-    if any(x not in (0.0, 1.0) for x in (*post, *pre)):
-        raise ValueError("paired_interval takes 0/1 scores")
-    n = len(post)
-    a = sum(1 for x, y in zip(post, pre, strict=True) if x and y)
-    b = sum(1 for x, y in zip(post, pre, strict=True) if x and not y)
-    c = sum(1 for x, y in zip(post, pre, strict=True) if y and not x)
-    d = n - a - b - c
+    a, b, c, d = paired_counts(post, pre)
+    n = a + b + c + d
     p1, p2 = (a + b) / n, (a + c) / n
     l1, u1 = interval95(list(post))
     l2, u2 = interval95(list(pre))
@@ -87,8 +92,8 @@ class PairedChange:
 
     @classmethod
     def of(cls, post: Sequence[float], pre: Sequence[float]) -> PairedChange:
-        gained = sum(1 for x, y in zip(post, pre, strict=True) if x and not y)
-        lost = sum(1 for x, y in zip(post, pre, strict=True) if y and not x)
+        """Raises ValueError as ``paired_counts`` does."""
+        _, gained, lost, _ = paired_counts(post, pre)
         return cls(gained, lost, paired_interval(post, pre), mcnemar_p(gained, lost))
 
 
@@ -154,8 +159,10 @@ def uplift_row(run_dir: Path) -> UpliftRow:
     post_ci = job["train_metrics"]["post_ci95"]
     pre_scores = _eval_scores(run_dir / "job" / "result" / "pre_eval.json")
     post_scores = _eval_scores(run_dir / "job" / "result" / "post_eval.json")
-    both = pre_scores is not None and post_scores is not None and len(pre_scores) == len(post_scores) > 0
-    scored_01 = both and all(x in (0.0, 1.0) for x in (*(pre_scores or []), *(post_scores or [])))
+    try:  # both evals' per-example 0/1 scores of the same examples, or no paired column
+        paired = PairedChange.of(post_scores or [], pre_scores or [])
+    except ValueError:
+        paired = None
     return UpliftRow(
         family=result.family,
         version=result.family_version,
@@ -173,7 +180,7 @@ def uplift_row(run_dir: Path) -> UpliftRow:
         stopped_at_deadline=summary.stopped_at_deadline,
         device=job["device"],
         run_id=result.run_id,
-        paired=PairedChange.of(post_scores or [], pre_scores or []) if scored_01 else None,
+        paired=paired,
     )
 
 

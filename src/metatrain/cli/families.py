@@ -20,7 +20,7 @@ console = Console()
 def families() -> None:
     """List the registered task families (held-out ones marked), their baselines, and where the best
     untrained model's ``full`` score lies against the calibration band (0.05-0.8)."""
-    from metatrain.baselines import StaleBaselinesError, load_baselines
+    from metatrain.baselines import StaleBaselinesError, best_pre, load_baselines
     from metatrain.conformance.calibration import band_note
     from metatrain.plugins import load_plugins
 
@@ -47,7 +47,7 @@ def families() -> None:
                 continue
             if budget == "full":
                 scores = {m: entry.models[m].score for m in allowed}
-                score = max(scores.values())
+                score = best_pre(entry, allowed)
                 tops = [m for m, x in scores.items() if x == score]
                 who = "every model" if len(tops) == len(allowed) > 1 else ", ".join(tops)
                 best = f"{score:.3f} {who}, {band_note(score)}"

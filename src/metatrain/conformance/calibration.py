@@ -62,7 +62,11 @@ class LevelResult(BaseModel):
     def in_band(self, band: tuple[float, float] = CALIBRATION_BAND) -> bool:
         """Best untrained score inside ``band`` and a guess floor under the limit."""
         best = self.best
-        return best is not None and band[0] <= best.score <= band[1] and self.guess_floor < GUESS_FLOOR_LIMIT
+        return (
+            best is not None
+            and band_note(best.score, band) == "in band"
+            and self.guess_floor < GUESS_FLOOR_LIMIT
+        )
 
 
 class CalibrationReport(BaseModel):

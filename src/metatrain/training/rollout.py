@@ -70,7 +70,8 @@ def pad_after_prefix(
     rows: Sequence[Sequence[int]], prefix: int, pad: int
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Rows as ``prefix | padding | rest``, all one length, and their attention masks: the shared
-    prefix sits at the same place in every row, so its keys and values can be computed once."""
+    prefix sits at the same place in every row, so its keys and values can be computed once.
+    With ``prefix`` 0 this is plain left padding."""
     width = max(len(r) for r in rows)
     ids, mask = [], []
     for r in rows:
@@ -148,18 +149,16 @@ def _generate_batch(
         gen_kwargs["temperature"] = temperature
     rows = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     shared, prefix_cache = prefixes.get(model, rows) if prefixes is not None else (0, None)
+    ids, mask = pad_after_prefix(rows, shared, tokenizer.pad_token_id)  # no prefix: left padding
+    enc: dict[str, Any] = {
+        "input_ids": torch.tensor(ids, device=model.device),
+        "attention_mask": torch.tensor(mask, device=model.device),
+    }
     if prefix_cache is not None:
-        ids, mask = pad_after_prefix(rows, shared, tokenizer.pad_token_id)
         cache = copy.deepcopy(prefix_cache)
         if len(rows) > 1:
             cache.batch_repeat_interleave(len(rows))
-        enc = {
-            "input_ids": torch.tensor(ids, device=model.device),
-            "attention_mask": torch.tensor(mask, device=model.device),
-            "past_key_values": cache,
-        }
-    else:
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        enc["past_key_values"] = cache
     with torch.inference_mode():
         out = model.generate(**enc, **gen_kwargs)
     new = out[:, enc["input_ids"].shape[1] :]
@@ -197,7 +196,6 @@ def run_rollouts(
     """
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
     prefixes = PrefixCache() if share_prefix and shares_prefix(model) else None
     rollouts = [Rollout(messages=[dict(m) for m in conv]) for conv in conversations]
     active = list(range(len(rollouts)))
