@@ -141,7 +141,12 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
     report = json.loads(out.read_text())
     assert report["chosen"] == "3 tickets, 3 rules on ticket facts"
     assert report["command"].startswith("metatrain ") and report["limit"] == 4
-    assert [lv["scores"][0]["score"] for lv in report["levels"]] == [0.0, 0.2, 0.0, 0.2]
+    assert [lv["scores"][0]["score"] for lv in report["levels"]] == [
+        0.0,
+        0.2,
+        0.0,
+        0.2,
+    ] * 2  # unguided, guided
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import attrs
 import pytest
 from family_helpers import (
     BUDGETS,
@@ -28,7 +29,7 @@ from family_helpers import (
 from metatrain.conformance import check_family, failed
 from metatrain.specs import Example
 from metatrain_families.common import render_template
-from metatrain_families.dispatch import DIFFICULTY, SYSTEM_PROMPT, Dispatch
+from metatrain_families.dispatch import DIFFICULTY, LEVELS, SYSTEM_PROMPT, Dispatch
 from metatrain_families.dispatch.generator import Difficulty, generate_example
 from metatrain_families.dispatch.tools import TOOLS
 
@@ -391,3 +392,26 @@ def test_the_customer_rules_knob_leaves_the_shipped_draws_unchanged() -> None:
         for seed in range(5):
             a = generate_example(random.Random(seed), d, "x")
             assert a == generate_example(random.Random(seed), explicit, "x")
+
+
+@pytest.mark.parametrize("label", [label for label in LEVELS["full"] if label.startswith("guided")])
+def test_guided_levels_end_with_the_steps_and_stay_solvable(label: str, tmp_path: Path) -> None:
+    d = LEVELS["full"][label]
+    unguided = attrs.evolve(d, guided=False)
+    for seed in range(20):
+        ex = generate_example(random.Random(seed), d, "x")
+        plain = generate_example(random.Random(seed), unguided, "x")
+        assert (ex.answer, ex.info) == (plain.answer, plain.info)  # the same draw, another ending
+        ids = ex.info["ticket_ids"]
+        head, steps = ex.prompt.split("\nSteps:\n")
+        assert plain.prompt.startswith(head + "\nLook up the facts")
+        lines = steps.split("\n")
+        assert lines.pop() == f"Start now: call get_ticket for {ids[0]}."
+        assert len(lines) == len(ids) + 1
+        for i, tid in enumerate(ids):
+            assert lines[i].startswith(f"{i + 1}. Call get_ticket for {tid}")
+            assert ("get_customer" in lines[i]) == d.customer_rules
+        assert lines[-1].startswith(f"{len(ids) + 1}. Reply with the {len(ids)} queue names")
+        assert prompt_tickets(ex.prompt) == ids
+        assert solve(ex)[0] == ex.answer
+    _mirrors(_rendered_env(tmp_path, d, "guided"), d)

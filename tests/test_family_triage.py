@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import attrs
 import pytest
 from family_helpers import (
     BUDGETS,
@@ -38,21 +39,25 @@ FAMILY = Triage()
 Call = tuple[str, dict[str, Any]]
 
 
-def solve_calls(call: Callable[[str, dict[str, Any]], Any], prompt: str) -> tuple[str, list[Call]]:
-    """Triage as a competent on-call engineer would, from the prompt and tool results alone."""
+def solve_calls(
+    call: Callable[[str, dict[str, Any]], Any], prompt: str, lookup: str = "since"
+) -> tuple[str, list[Call]]:
+    """Triage as a competent on-call engineer would, from the prompt and tool results alone;
+    ``lookup`` is the window ``list_deploys`` takes (its schema's parameter)."""
     made: list[Call] = []
 
     def tool(tool_name: str, **args: Any) -> Any:
         made.append((tool_name, args))
         return call(tool_name, args)
 
-    m = re.match(r"Service (\S+) is alerting", prompt)
+    m = re.match(r"Service (\S+) is alerting|The (\S+) service is alerting", prompt)
     assert m
-    root = m.group(1)
+    root = m.group(1) or m.group(2)
     started = next(i["started"] for i in tool("list_incidents", service=root) if i["status"] == "open")
     deps = tool("get_service", name=root)["depends_on"]
+    window = {"since": "00:00"} if lookup == "since" else {"until": started}
     candidates = [
-        d for s in [root, *deps] for d in tool("list_deploys", service=s, since="00:00")
+        d for s in [root, *deps] for d in tool("list_deploys", service=s, **window)
         if minutes(d["at"]) <= minutes(started)
     ]  # fmt: skip
     for deploy in sorted(candidates, key=lambda d: minutes(d["at"]), reverse=True):
@@ -66,8 +71,13 @@ def solve_calls(call: Callable[[str, dict[str, Any]], Any], prompt: str) -> tupl
 
 def solve(family: Triage, example: Example) -> tuple[str, int]:
     tools: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in family.tools_for(example)}
-    answer, made = solve_calls(lambda name, args: tools[name](**args), example.prompt)
+    lookup = example.info["world"].get("lookup", "since")
+    answer, made = solve_calls(lambda name, args: tools[name](**args), example.prompt, lookup)
     return answer, len(made)
+
+
+LEVELS = FAMILY.calibration_levels("full")
+GUIDED = [label for label in LEVELS if label.startswith("guided")]
 
 
 def test_registered_and_held_out() -> None:
@@ -149,6 +159,58 @@ def test_every_hidden_eval_example_is_solvable_with_the_tools(budget: str) -> No
     assert most + 2 == FAMILY.task_spec(budget).eval.max_turns
 
 
+@pytest.mark.parametrize("label", list(LEVELS))
+def test_every_level_is_solvable_in_its_turns_with_its_tools(label: str) -> None:
+    level = LEVELS[label]
+    spec = level.task_spec("full")
+    assert_schemas_match(spec.eval.tools, level.tools_for(spec.dev_examples[0]))
+    most = 0
+    for ex in level.hidden_eval("full")[:60] + spec.dev_examples:
+        answer, calls = solve(level, ex)
+        assert answer == ex.answer, ex.prompt
+        most = max(most, calls)
+    assert most + 2 <= spec.eval.max_turns
+
+
+def test_guided_levels_spell_out_the_steps_and_list_deploys_until_a_time() -> None:
+    assert GUIDED
+    for label in GUIDED:
+        level = LEVELS[label]
+        d = level.knobs("full")
+        (deploys,) = [t for t in level.task_spec("full").eval.tools if t.name == "list_deploys"]
+        assert list(deploys.parameters["properties"]) == ["service", "until"]
+        for ex in level.task_spec("full").dev_examples:
+            root = ex.info["question"]["service"]
+            assert ex.prompt.startswith(f"The {root} service is alerting")
+            assert "Steps:\n1. Call list_incidents for " + root in ex.prompt
+            assert ("Call get_service for" in ex.prompt) == (d.n_deps > 0)
+            assert ex.prompt.endswith(
+                f"inside <answer></answer> tags.\nStart now: call list_incidents for {root}."
+            )
+            assert ex.answer not in ex.prompt
+            tools = {fn.__name__: fn for fn in level.tools_for(ex)}
+            started = next(
+                i["started"] for i in tools["list_incidents"](service=root) if i["status"] == "open"
+            )
+            listed = tools["list_deploys"](service=ex.info["culprit"]["service"], until=started)
+            assert listed[0]["id"] == ex.info["culprit"]["id"]
+            assert [minutes(r["at"]) for r in listed] == sorted(
+                (minutes(r["at"]) for r in listed), reverse=True
+            )
+            assert all(minutes(r["at"]) <= minutes(started) for r in listed)
+            with pytest.raises(ValueError, match=r"list_deploys\(service, until\)"):
+                tools["get_deploy"](deploy_id="INC-1234")
+    shipped = FAMILY.task_spec("full")
+    assert all("lookup" not in ex.info["world"] for ex in shipped.dev_examples)
+    assert shipped.eval.tools == tool_schemas(TOOLS)
+
+
+def test_levels_keep_the_shipped_knobs_unchanged() -> None:
+    with pytest.raises(ValueError, match="lookup"):
+        attrs.evolve(DIFFICULTY["full"], lookup="before")
+    assert (DIFFICULTY["full"].lookup, DIFFICULTY["full"].guided) == ("since", False)
+
+
 # ---- the reference job ----
 
 
@@ -172,6 +234,25 @@ def test_reference_env_mirrors_the_generator(budget: str, tmp_path: Path) -> Non
         row = env._example(random.Random(seed))
         ex = generate_example(random.Random(seed), DIFFICULTY[budget], "x")
         assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, ex.info)
+
+
+@pytest.mark.parametrize("label", GUIDED)
+def test_reference_env_mirrors_a_guided_level(label: str, tmp_path: Path) -> None:
+    level = LEVELS[label]
+    env = _load_env_module(write_reference_job(level, "full", tmp_path / "ws-guided"))
+    for seed in range(30):
+        row = env._example(random.Random(seed))
+        ex = generate_example(random.Random(seed), level.knobs("full"), "x")
+        assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, ex.info)
+    world = copy.deepcopy(ex.info["world"])
+    started = next(
+        i["started"]
+        for i in env.list_incidents(world, ex.info["question"]["service"])
+        if i["status"] == "open"
+    )
+    assert env.list_deploys(world, ex.info["culprit"]["service"], until=started) == {
+        fn.__name__: fn for fn in level.tools_for(ex)
+    }["list_deploys"](service=ex.info["culprit"]["service"], until=started)
 
 
 def test_reference_env_rollout_and_rubric(tmp_path: Path) -> None:

@@ -54,3 +54,30 @@ def test_default_model_is_the_best_baseline() -> None:
     assert default_model(family, "full") == "qwen2.5-coder-0.5b"  # 0.095 against 0.000 and 0.000
     fast = family.task_spec("fast").bounds.models  # every fast baseline is 0: the largest allowed model
     assert default_model(family, "fast") == max(fast, key=lambda k: EMBEDDED_MODELS[k].params)
+
+
+def test_transcripts_plays_a_calibration_levels_dev_examples(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    label = "guided, no dependency, deploy"
+    args = [
+        "transcripts",
+        "triage",
+        "--model",
+        str(tiny_dir),
+        "--n",
+        "1",
+        "--level",
+        label,
+        "--out",
+        str(out),
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    family = load_plugins().task_family("triage")
+    (ex,) = family.calibration_levels("full")[label].task_spec("full").dev_examples[:1]
+    assert ex.prompt != family.task_spec("full").dev_examples[0].prompt
+    assert (row["id"], row["answer"], row["messages"][1]["content"]) == (ex.id, ex.answer, ex.prompt)
+    assert f"level {label!r}" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["transcripts", "triage", "--model", str(tiny_dir), "--level", "nope"])
+    assert res.exit_code == 2 and "triage has no level 'nope'" in " ".join(res.output.split())

@@ -120,9 +120,14 @@ def transcripts(
     device: Annotated[str, typer.Option()] = "cpu",
     width: Annotated[int, typer.Option(min=40, help="Characters shown per message")] = 240,
     out: Annotated[Path | None, typer.Option(help="Also write one JSON line per example")] = None,
+    level: Annotated[
+        str | None,
+        typer.Option(help="A calibration level's label (metatrain calibrate lists them): its dev examples"),
+    ] = None,
 ) -> None:
     """Play an untrained model on a family's dev examples, as the hidden eval plays, and show the
     conversations: what it calls, what it answers, what the scorer gives. Never the hidden eval."""
+    from metatrain.conformance.calibration import family_levels
     from metatrain.models import prepare_model
     from metatrain.plugins import PluginError, load_plugins
     from metatrain.training.evaluation import eval_dtype, load_model, play, score_rollouts
@@ -135,10 +140,17 @@ def transcripts(
     if budget not in ("fast", "full"):
         console.print(f"[red]error:[/] budget must be fast or full, got {budget!r}")
         raise typer.Exit(2)
-    examples = list(family.task_spec(budget).dev_examples)[:n]
     key = model or default_model(family, budget)
+    if level is not None:
+        try:
+            family = family_levels(family, budget, [level])[level]
+        except ValueError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+    examples = list(family.task_spec(budget).dev_examples)[:n]
     model_dir = Path(key) if Path(key).is_dir() else prepare_model(key)
-    console.print(f"{name} {budget}: {len(examples)} dev examples, model {key}, {device}")
+    at = f", level {level!r}" if level is not None else ""
+    console.print(f"{name} {budget}{at}: {len(examples)} dev examples, model {key}, {device}")
     t0 = time.monotonic()
     lm, tokenizer = load_model(model_dir, device, eval_dtype(budget, device))
     rollouts = play(family, budget, examples, lm, tokenizer, batch_size=len(examples))

@@ -206,6 +206,15 @@ class GeneratedFamily(Generic[D]):
     def score(self, example: Example, final_text: str) -> float:
         raise NotImplementedError
 
+    def tools_at(self, d: D) -> Sequence[Callable[..., Any]]:
+        """The eval tools at knobs ``d``: the class's ``tools`` unless a knob swaps one."""
+        return self.tools
+
+    def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
+        """The unbound eval tools ``example`` is played with: the class's ``tools`` unless a knob
+        swapped one (the example's world then says which)."""
+        return self.tools
+
     def knobs(self, budget: str) -> D:
         """The generator knobs for ``budget``; an unknown budget is a ValueError."""
         if budget not in self.difficulty:
@@ -251,7 +260,7 @@ class GeneratedFamily(Generic[D]):
             budget=budget,
             held_out=self.held_out,
             eval=EvalInterface(
-                tools=tool_schemas(self.tools),
+                tools=tool_schemas(self.tools_at(d)),
                 system_prompt=self.system_prompt,
                 answer_format=self.answer_format,
                 max_turns=self.max_turns(d),
@@ -268,7 +277,7 @@ class GeneratedFamily(Generic[D]):
     def tools_for(self, example: Example) -> list[Callable[..., Any]]:
         """The tools bound to one fresh copy of the example's world, shared by all of them."""
         world = copy.deepcopy(example.info["world"])
-        return [bind_world(fn, world) for fn in self.tools]
+        return [bind_world(fn, world) for fn in self.example_tools(example)]
 
     def hidden_eval(self, budget: str) -> list[Example]:
         """``eval_n`` examples from the secret seed; a draw whose prompt is a dev prompt is skipped.

@@ -21,19 +21,24 @@ DIFFICULTY = {
     "fast": Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
     "full": Difficulty(n_tickets=5, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
 }
+UNGUIDED = {
+    "3 tickets, 3 rules": DIFFICULTY["full"],
+    "3 tickets, 3 rules on ticket facts": attrs.evolve(DIFFICULTY["full"], customer_rules=False),
+    "2 tickets, 4 rules": attrs.evolve(DIFFICULTY["full"], n_route=2, n_rules=4),
+    "2 tickets, 4 rules on ticket facts": attrs.evolve(
+        DIFFICULTY["full"], n_route=2, n_rules=4, customer_rules=False
+    ),
+}
 LEVELS = {
     "full": {
-        "3 tickets, 3 rules": DIFFICULTY["full"],
-        "3 tickets, 3 rules on ticket facts": attrs.evolve(DIFFICULTY["full"], customer_rules=False),
-        "2 tickets, 4 rules": attrs.evolve(DIFFICULTY["full"], n_route=2, n_rules=4),
-        "2 tickets, 4 rules on ticket facts": attrs.evolve(
-            DIFFICULTY["full"], n_route=2, n_rules=4, customer_rules=False
-        ),
+        **UNGUIDED,
+        **{f"guided, {label}": attrs.evolve(d, guided=True) for label, d in UNGUIDED.items()},
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first. Every embedded model scores 0 at the
 current level (the calibration notes in docs/families.md); rules on ticket facts alone need one
-lookup a ticket, and two tickets with four rules keep a blind guess near 1/25."""
+lookup a ticket, and two tickets with four rules keep a blind guess near 1/25. Guided levels spell
+out the steps, one per ticket, before the first call."""
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
 
@@ -68,6 +73,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
     def describe(self, d: Difficulty) -> str:
         customer = ", the customer's tier or region" if d.customer_rules else ""
         sla = ", or the SLA response hours of the customer's tier" if d.use_sla else ""
+        steps = " The prompt spells out the steps, one per ticket." if d.guided else ""
         return (
             f"Teach a small model to route support tickets to queues. Each prompt names {d.n_route} "
             f"ticket ids and lists {d.n_rules} routing rules checked in order (first match wins) plus a "
@@ -81,7 +87,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             f"{(d.n_rules + 1) ** -d.n_route:.3f}. The model replies "
             f"<answer>{answer_template(d.n_route)}</answer> in the tickets' order; scoring is all or "
             "nothing: the last answer block split on commas, each part stripped, must equal the "
-            f"expected list exactly. Queue names come from: {', '.join(QUEUES)}."
+            f"expected list exactly. Queue names come from: {', '.join(QUEUES)}.{steps}"
         )
 
     def max_turns(self, d: Difficulty) -> int:
@@ -98,6 +104,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             "max_clauses": d.max_clauses,
             "use_sla": d.use_sla,
             "customer_rules": d.customer_rules,
+            "guided": d.guided,
         }
 
     def score(self, example: Example, final_text: str) -> float:

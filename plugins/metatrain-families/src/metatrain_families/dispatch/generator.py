@@ -75,6 +75,9 @@ class Difficulty:
     customer_rules: bool = True
     """Whether rules may test the customer's tier or region; without them (and without SLAs) one
     lookup per ticket decides its queue (a calibration level: ``metatrain calibrate dispatch``)."""
+    guided: bool = False
+    """Whether the prompt spells out the steps, ticket by ticket, before asking for the first call (a
+    calibration level: untrained Qwen2.5-Coder repeated ``get_ticket`` for the first ticket)."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.n_route <= self.n_tickets:
@@ -104,6 +107,30 @@ def rule_may_test(field: str, use_sla: bool, customer_rules: bool) -> bool:
 def answer_template(n_route: int) -> str:
     """The answer's shape as the prompt shows it: ``QUEUE_1, QUEUE_2, QUEUE_3`` for three tickets."""
     return ", ".join(f"QUEUE_{i + 1}" for i in range(n_route))
+
+
+def closing(d: Difficulty, ids: list[str]) -> str:
+    """The prompt's last part: the answer's shape and the first call, or with ``guided`` the steps
+    before that call (ending on a call, not on the answer, is what made untrained Qwen2.5-Coder call
+    tools rather than copy an answer template: docs/families.md)."""
+    if not d.guided:
+        return (
+            f"Look up the facts you need with the tools. When every ticket is routed, reply with the "
+            f"{len(ids)} queue names, comma-separated in the order the tickets are listed, inside "
+            f"<answer></answer> tags. Start now: call get_ticket for {ids[0]}."
+        )
+    fetch = ""
+    if d.customer_rules or d.use_sla:
+        fetch += ", then get_customer for its customer_id if a rule tests the customer"
+    if d.use_sla:
+        fetch += ", then get_sla for the customer's tier if a rule tests the SLA"
+    todo = [f"Call get_ticket for {tid}{fetch}; pick {tid}'s queue by the rules." for tid in ids]
+    todo.append(
+        f"Reply with the {len(ids)} queue names, comma-separated in the order {', '.join(ids)}, inside "
+        "<answer></answer> tags."
+    )
+    steps = "\n".join(f"{i}. {line}" for i, line in enumerate(todo, 1))
+    return f"Steps:\n{steps}\nStart now: call get_ticket for {ids[0]}."
 
 
 def _rule(rng: random.Random, d: Difficulty, queue: str) -> dict[str, Any]:
@@ -213,10 +240,7 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
     lines.append(f"{len(rules) + 1}. Otherwise, route it to {default}.")
     prompt = (
         f"Route support tickets {', '.join(ids)} to queues. Rules, checked in order for each ticket (the "
-        "first rule that matches wins):\n" + "\n".join(lines) + "\nLook up the facts you need with the "
-        f"tools. When every ticket is routed, reply with the {len(ids)} queue names, comma-separated in "
-        f"the order the tickets are listed, inside <answer></answer> tags. Start now: call get_ticket "
-        f"for {ids[0]}."
+        "first rule that matches wins):\n" + "\n".join(lines) + "\n" + closing(d, ids)
     )
     return Example(
         id=example_id,

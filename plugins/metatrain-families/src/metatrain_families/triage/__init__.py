@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
@@ -11,6 +13,7 @@ from metatrain_families.common import GeneratedFamily, extract_answer
 from metatrain_families.triage.generator import (
     ASK,
     CHANGES,
+    REPLY,
     SERVICES,
     START,
     SYMPTOMS,
@@ -19,7 +22,7 @@ from metatrain_families.triage.generator import (
     generate_example,
     rule,
 )
-from metatrain_families.triage.tools import TOOLS
+from metatrain_families.triage.tools import LOOKUPS, TOOLS
 
 SYSTEM_PROMPT = (
     "You are the on-call engineer. Investigate with the provided tools, one call at a time: incidents, "
@@ -30,20 +33,24 @@ DIFFICULTY = {
     "fast": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)),
     "full": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")),
 }
+UNGUIDED = {
+    "1 dependency, deploy/team": DIFFICULTY["full"],
+    "1 dependency, deploy": DIFFICULTY["fast"],
+    "no dependency, deploy/team": attrs.evolve(DIFFICULTY["full"], n_deps=0),
+    "no dependency, deploy": attrs.evolve(DIFFICULTY["fast"], n_deps=0),
+}
 LEVELS = {
     "full": {
-        "1 dependency, deploy/team": DIFFICULTY["full"],
-        "1 dependency, deploy": DIFFICULTY["fast"],
-        "no dependency, deploy/team": Difficulty(
-            n_deps=0, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")
-        ),
-        "no dependency, deploy": Difficulty(
-            n_deps=0, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)
-        ),
+        **UNGUIDED,
+        **{f"guided, {label}": attrs.evolve(d, lookup="until", guided=True) for label, d in UNGUIDED.items()},
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first: without a dependency the culprit is the
-alerting service's own last deploy before the incident (two lookups)."""
+alerting service's own last deploy before the incident (two lookups). Guided levels spell the steps
+out in the prompt and list deploys before a time, most recent first (``list_deploys(service,
+until)``): on CPU, untrained Qwen2.5-Coder called ``list_deploys`` with the open incident's start
+as ``since`` on the unguided level, listing the deploys after the culprit; guided, it made the right
+``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration)."""
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -61,6 +68,10 @@ def _max_turns(d: Difficulty) -> int:
 def _describe(d: Difficulty) -> str:
     asks = {"deploy": "the culprit deploy's id", "team": "the team to page (owner of the culprit's service)"}
     decoys = " Some deploys were rolled back." if d.rollback_p > 0 else ""
+    if d.lookup == "until":
+        decoys += " list_deploys(service, until) lists deploys at or before a time, most recent first."
+    if d.guided:
+        decoys += " The prompt spells out the steps (incidents, dependencies, deploys, the pick)."
     return (
         "Teach a small model on-call incident triage through read-only tools (list_incidents, get_service, "
         "list_deploys, get_deploy). Each example's world (info['world']) has "
@@ -98,6 +109,12 @@ class Triage(GeneratedFamily[Difficulty]):
     def describe(self, d: Difficulty) -> str:
         return _describe(d)
 
+    def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
+        return LOOKUPS[d.lookup]
+
+    def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
+        return LOOKUPS[example.info["world"].get("lookup", "since")]
+
     def max_turns(self, d: Difficulty) -> int:
         return _max_turns(d)
 
@@ -111,6 +128,7 @@ class Triage(GeneratedFamily[Difficulty]):
             "symptoms": repr(SYMPTOMS),
             "changes": repr(CHANGES),
             "ask": repr(ASK),
+            "reply": repr(REPLY),
             "start": repr(START),
             "rule": repr(rule(d)),
             "n_deps": d.n_deps,
@@ -118,6 +136,8 @@ class Triage(GeneratedFamily[Difficulty]):
             "earlier": repr(d.earlier),
             "rollback_p": d.rollback_p,
             "kinds": repr(d.questions),
+            "lookup": repr(d.lookup),
+            "guided": d.guided,
         }
 
     def score(self, example: Example, final_text: str) -> float:

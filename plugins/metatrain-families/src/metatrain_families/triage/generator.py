@@ -45,6 +45,15 @@ ASK = {
 copied the placeholder instead of calling a tool (docs/families.md, calibration). The prompt then
 asks for the first call (``START``)."""
 START = "Start now: call list_incidents for {service}."
+REPLY = {
+    "deploy": (
+        "Reply with the culprit deploy's id (deploy ids start with dep-, incident ids with INC-) inside "
+        "<answer></answer> tags."
+    ),
+    "team": "Reply with the team to page inside <answer></answer> tags.",
+}
+"""The last of the ``guided`` steps; the prompt still ends with ``START``: ending on the reply, untrained
+Qwen2.5-Coder answered the example id in get_deploy's docstring without a call (16 of 16, CPU)."""
 
 
 @attrs.frozen
@@ -56,6 +65,11 @@ class Difficulty:
     earlier: tuple[int, int]
     rollback_p: float
     questions: tuple[str, ...]
+    lookup: str = attrs.field(default="since", validator=attrs.validators.in_(("since", "until")))
+    """How the deploy log is queried: ``list_deploys(service, since)``, oldest first, or (easier: the
+    rule's window) ``list_deploys(service, until)``, most recent first."""
+    guided: bool = False
+    """Whether the prompt spells out the steps (an easier calibration level)."""
 
     @property
     def needed_calls(self) -> int:
@@ -70,6 +84,39 @@ def rule(d: Difficulty) -> str:
     return (
         "Rule: the culprit is the most recent deploy made at or before the moment the open incident "
         f"started, to the alerting service itself or to a service it directly depends on.{extra}"
+    )
+
+
+def steps(d: Difficulty, root: str, kind: str) -> str:
+    """The triage procedure for the ``guided`` knob, one numbered line per step."""
+    where = root if not d.n_deps else f"{root} and for each service it depends on"
+    window = (
+        "until the time the open incident started (each list starts with the most recent deploy)"
+        if d.lookup == "until"
+        else 'since "00:00" (each list runs oldest first)'
+    )
+    todo = [f"Call list_incidents for {root} and note when its open incident started."]
+    if d.n_deps:
+        todo.append(f"Call get_service for {root} to see the services it depends on.")
+    todo.append(f"Call list_deploys for {where}, {window}.")
+    pick = "The culprit is the most recent of those deploys made at or before that time"
+    todo.append(pick + (", not rolled back (get_deploy shows rolled_back)." if d.rollback_p > 0 else "."))
+    if kind == "team":
+        todo.append("Call get_deploy for the culprit: its team is the one to page.")
+    todo.append(REPLY[kind])
+    return "Steps:\n" + "\n".join(f"{i}. {line}" for i, line in enumerate(todo, 1))
+
+
+def prompt_for(d: Difficulty, root: str, kind: str) -> str:
+    """The alert, the rule, the question (with ``guided``: the steps) and the first call to make."""
+    if d.guided:
+        return (
+            f"The {root} service is alerting: it has an open incident. Find the deploy that caused it.\n"
+            f"{rule(d)}\n{steps(d, root, kind)}\n{START.format(service=root)}"
+        )
+    return (
+        f"Service {root} is alerting. Triage it with the tools: find its open incident, then the deploy "
+        f"that caused it.\n{rule(d)}\n{ASK[kind]} {START.format(service=root)}"
     )
 
 
@@ -140,7 +187,10 @@ def _world(rng: random.Random, d: Difficulty) -> tuple[dict[str, Any], dict[str,
     ]
     culprit = dict(deploys[0])
     deploys.sort(key=lambda r: (r["at"], r["id"]))
-    return {"services": services, "incidents": incidents, "deploys": deploys}, culprit
+    world: dict[str, Any] = {"services": services, "incidents": incidents, "deploys": deploys}
+    if d.lookup != "since":
+        world["lookup"] = d.lookup
+    return world, culprit
 
 
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
@@ -148,10 +198,7 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
     kind = rng.choice(d.questions)
     world, culprit = _world(rng, d)
     root = world["incidents"][0]["service"]
-    prompt = (
-        f"Service {root} is alerting. Triage it with the tools: find its open incident, then the deploy "
-        f"that caused it.\n{rule(d)}\n{ASK[kind]} {START.format(service=root)}"
-    )
+    prompt = prompt_for(d, root, kind)
     answer = culprit["id"] if kind == "deploy" else culprit["team"]
     return Example(
         id=example_id,

@@ -3,6 +3,8 @@
 The world holds lists of records (Arrow-safe): ``services`` ({name, team, depends_on}),
 ``incidents`` ({id, service, started, status, summary}) and ``deploys`` ({id, service, at, team,
 change, rolled_back}); times are ``"HH:MM"`` on one day. Names and ids are matched case-insensitively.
+A world with ``lookup == "until"`` (an easier calibration level) is queried through
+``list_deploys_until`` instead of ``list_deploys``: same tool name, the window before a time.
 """
 
 from __future__ import annotations
@@ -74,6 +76,26 @@ def list_deploys(world: dict[str, Any], service: str, since: str) -> list[dict[s
     return [{"id": d["id"], "at": d["at"]} for d in sorted(found, key=lambda d: minutes(d["at"]))]
 
 
+def list_deploys_until(world: dict[str, Any], service: str, until: str) -> list[dict[str, Any]]:
+    """List the deploys made to a service at or before a time, most recent first.
+
+    Args:
+        service: The service name.
+        until: The latest deploy time to include, as HH:MM (24-hour), e.g. when an incident started.
+
+    Returns:
+        One entry per deploy: id and at (HH:MM).
+    """
+    name = _service(world, service)["name"]
+    end = minutes(until)
+    found = [d for d in world["deploys"] if d["service"] == name and minutes(d["at"]) <= end]
+    return [{"id": d["id"], "at": d["at"]} for d in sorted(found, key=lambda d: -minutes(d["at"]))]
+
+
+list_deploys_until.__name__ = "list_deploys"
+"""The model sees it as ``list_deploys``: a level swaps the window, not the tool's name."""
+
+
 def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
     """Show one deploy in full.
 
@@ -87,7 +109,11 @@ def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
     for record in world["deploys"]:
         if record["id"] == key:
             return dict(record)
-    raise ValueError(f"no deploy with id {key!r}; list_deploys(service, since) lists a service's deploys")
+    window = "until" if world.get("lookup") == "until" else "since"
+    raise ValueError(f"no deploy with id {key!r}; list_deploys(service, {window}) lists a service's deploys")
 
 
 TOOLS = (list_incidents, get_service, list_deploys, get_deploy)
+TOOLS_UNTIL = (list_incidents, get_service, list_deploys_until, get_deploy)
+LOOKUPS = {"since": TOOLS, "until": TOOLS_UNTIL}
+"""The eval tools per ``Difficulty.lookup``."""
