@@ -39,6 +39,11 @@ FAMILY = Triage()
 Call = tuple[str, dict[str, Any]]
 
 
+def open_incident_start(incidents: list[dict[str, Any]]) -> str:
+    """When the open incident of a ``list_incidents`` result started."""
+    return next(i["started"] for i in incidents if i["status"] == "open")
+
+
 def solve_calls(
     call: Callable[[str, dict[str, Any]], Any], prompt: str, lookup: str = "since"
 ) -> tuple[str, list[Call]]:
@@ -53,7 +58,7 @@ def solve_calls(
     m = re.match(r"Service (\S+) is alerting|The (\S+) service is alerting", prompt)
     assert m
     root = m.group(1) or m.group(2)
-    started = next(i["started"] for i in tool("list_incidents", service=root) if i["status"] == "open")
+    started = open_incident_start(tool("list_incidents", service=root))
     deps = tool("get_service", name=root)["depends_on"]
     window = {"since": "00:00"} if lookup == "since" else {"until": started}
     candidates = [
@@ -189,9 +194,7 @@ def test_guided_levels_spell_out_the_steps_and_list_deploys_until_a_time() -> No
             )
             assert ex.answer not in ex.prompt
             tools = {fn.__name__: fn for fn in level.tools_for(ex)}
-            started = next(
-                i["started"] for i in tools["list_incidents"](service=root) if i["status"] == "open"
-            )
+            started = open_incident_start(tools["list_incidents"](service=root))
             listed = tools["list_deploys"](service=ex.info["culprit"]["service"], until=started)
             assert listed[0]["id"] == ex.info["culprit"]["id"]
             assert [minutes(r["at"]) for r in listed] == sorted(
@@ -245,11 +248,7 @@ def test_reference_env_mirrors_a_guided_level(label: str, tmp_path: Path) -> Non
         ex = generate_example(random.Random(seed), level.knobs("full"), "x")
         assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, ex.info)
     world = copy.deepcopy(ex.info["world"])
-    started = next(
-        i["started"]
-        for i in env.list_incidents(world, ex.info["question"]["service"])
-        if i["status"] == "open"
-    )
+    started = open_incident_start(env.list_incidents(world, ex.info["question"]["service"]))
     assert env.list_deploys(world, ex.info["culprit"]["service"], until=started) == {
         fn.__name__: fn for fn in level.tools_for(ex)
     }["list_deploys"](service=ex.info["culprit"]["service"], until=started)

@@ -67,18 +67,18 @@ def _max_turns(d: Difficulty) -> int:
 
 def _describe(d: Difficulty) -> str:
     asks = {"deploy": "the culprit deploy's id", "team": "the team to page (owner of the culprit's service)"}
-    decoys = " Some deploys were rolled back." if d.rollback_p > 0 else ""
+    notes = " Some deploys were rolled back." if d.rollback_p > 0 else ""
     if d.lookup == "until":
-        decoys += " list_deploys(service, until) lists deploys at or before a time, most recent first."
+        notes += " list_deploys(service, until) lists deploys at or before a time, most recent first."
     if d.guided:
-        decoys += " The prompt spells out the steps (incidents, dependencies, deploys, the pick)."
+        notes += " The prompt spells out the steps (incidents, dependencies, deploys, the pick)."
     return (
         "Teach a small model on-call incident triage through read-only tools (list_incidents, get_service, "
         "list_deploys, get_deploy). Each example's world (info['world']) has "
         f"{1 + d.n_deps + d.n_other} services (the alerting one depends directly on {d.n_deps}), a few "
         "incidents (one open on the alerting service, older resolved ones, others elsewhere) and a day of "
         f"deploys, with decoys after the incident, on unrelated services and on indirect dependencies."
-        f"{decoys} The prompt names the alerting service and states the rule: {rule(d)} "
+        f"{notes} The prompt names the alerting service and states the rule: {rule(d)} "
         f"The model answers {' or '.join(asks[k] for k in d.questions)}, scored by exact match after "
         "normalisation (case, surrounding spaces/quotes, a 'team' word). Service names come from "
         f"{list(SERVICES)}, teams from {list(TEAMS)}, deploy ids look like dep-1a2b, times are HH:MM; "
