@@ -135,10 +135,12 @@ def reference_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_env: Any) -> None:
-    """Only a walk along the path earns credit: on an H200 a job whose credit took the path's people
-    in any order among other results learned to look up 10-15 relations a rollout (hop credit 0.91),
-    and one whose credit ignored steps past the path's end learned to walk on (5 lookups a rollout,
-    hop credit 0.99, answers right 0.17); neither answered the eval (docs/families.md)."""
+    """Only a walk along the path earns credit, most of all one that stops at its end: on an H200 a
+    job whose credit took the path's people in any order among other results learned to look up
+    10-15 relations a rollout (hop credit 0.91), one whose credit ignored steps past the path's end
+    learned to walk on (5 lookups a rollout, hop credit 0.99, answers right 0.17), and one that paid
+    nothing past the end gave the untrained model, which walks on, almost no reward
+    (docs/families.md)."""
     env = reference_env
     row = env._example(random.Random(7))
     info, chain = row["info"], row["info"]["chain"]
@@ -155,9 +157,13 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_en
     assert credit(*chain[:-1]) == pytest.approx((len(chain) - 1) / len(chain))
     assert credit(others[0], *chain) == 0.0  # a wrong first hop: nothing
     assert credit(chain[0], others[0], *chain[1:]) == 0.0  # a wrong hop midway
-    assert credit(*chain, others[0]) == 0.0  # walking on past the path's end
-    assert credit(*chain, chain[-1]) == 0.0  # a repeat
+    n = len(chain)
+    assert credit(*chain, others[0]) == pytest.approx(n / (n + 1))  # walking on past the path's end
+    assert credit(*chain, others[0], others[1]) == pytest.approx(n / (n + 2))  # the further, the less
+    assert credit(*chain, chain[-1]) == pytest.approx(n / (n + 1))  # a repeat after the end
+    assert credit(chain[0], chain[0], *chain[1:]) == (0.0 if n > 1 else 0.5)  # a repeat on the path
     assert credit(*others, *chain) == 0.0  # every relation looked up
+    assert credit(*chain, *others) < 0.5 * credit(*chain)  # ... or the path, then a scan
 
 
 def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(reference_env: Any) -> None:
