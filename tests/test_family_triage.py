@@ -212,6 +212,30 @@ def test_levels_keep_the_shipped_knobs_unchanged() -> None:
     with pytest.raises(ValueError, match="lookup"):
         attrs.evolve(DIFFICULTY["full"], lookup="before")
     assert (DIFFICULTY["full"].lookup, DIFFICULTY["full"].guided) == ("since", False)
+    assert DIFFICULTY["full"].incident_ids and DIFFICULTY["fast"].incident_ids
+
+
+def test_levels_without_incident_ids_show_the_model_no_incident_id() -> None:
+    unnamed = [label for label in LEVELS if label.endswith("incidents without ids")]
+    assert len(unnamed) == 4
+    for label in unnamed:
+        level = LEVELS[label]
+        spec = level.task_spec("full")
+        (incidents,) = [t for t in spec.eval.tools if t.name == "list_incidents"]
+        assert "id" not in incidents.description.replace("incident", "")
+        for ex in spec.dev_examples:
+            assert "INC-" not in ex.prompt
+            assert ex.info["world"]["incident_ids"] is False
+            tools = {fn.__name__: fn for fn in level.tools_for(ex)}
+            listed = tools["list_incidents"](service=ex.info["question"]["service"])
+            assert listed and all(set(i) == {"started", "status", "summary"} for i in listed)
+            with pytest.raises(TypeError, match=r"^list_deploys\(\) missing"):
+                tools["list_deploys"](until="12:00")  # the name the model calls, not the module's
+    with_ids = LEVELS[unnamed[0].removesuffix(", incidents without ids")]
+    ex = with_ids.task_spec("full").dev_examples[0]
+    tools = {fn.__name__: fn for fn in with_ids.tools_for(ex)}
+    listed = tools["list_incidents"](service=ex.info["question"]["service"])
+    assert all(i["id"].startswith("INC-") for i in listed)
 
 
 # ---- the reference job ----

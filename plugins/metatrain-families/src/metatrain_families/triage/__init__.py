@@ -13,16 +13,16 @@ from metatrain_families.common import GeneratedFamily, extract_answer
 from metatrain_families.triage.generator import (
     ASK,
     CHANGES,
-    REPLY,
     SERVICES,
     START,
     SYMPTOMS,
     TEAMS,
     Difficulty,
     generate_example,
+    replies,
     rule,
 )
-from metatrain_families.triage.tools import LOOKUPS, TOOLS
+from metatrain_families.triage.tools import TOOLS, tools_for
 
 SYSTEM_PROMPT = (
     "You are the on-call engineer. Investigate with the provided tools, one call at a time: incidents, "
@@ -43,6 +43,12 @@ LEVELS = {
     "full": {
         **UNGUIDED,
         **{f"guided, {label}": attrs.evolve(d, lookup="until", guided=True) for label, d in UNGUIDED.items()},
+        **{
+            f"guided, {label}, incidents without ids": attrs.evolve(
+                d, lookup="until", guided=True, incident_ids=False
+            )
+            for label, d in UNGUIDED.items()
+        },
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first: without a dependency the culprit is the
@@ -50,7 +56,9 @@ alerting service's own last deploy before the incident (two lookups). Guided lev
 out in the prompt and list deploys before a time, most recent first (``list_deploys(service,
 until)``): on CPU, untrained Qwen2.5-Coder called ``list_deploys`` with the open incident's start
 as ``since`` on the unguided level, listing the deploys after the culprit; guided, it made the right
-``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration)."""
+``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration). The
+easiest levels also list incidents without ids, so that no incident id can be passed to
+``get_deploy`` or answered."""
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -72,6 +80,8 @@ def _describe(d: Difficulty) -> str:
         notes += " list_deploys(service, until) lists deploys at or before a time, most recent first."
     if d.guided:
         notes += " The prompt spells out the steps (incidents, dependencies, deploys, the pick)."
+    if not d.incident_ids:
+        notes += " list_incidents shows no incident ids (started, status, summary)."
     return (
         "Teach a small model on-call incident triage through read-only tools (list_incidents, get_service, "
         "list_deploys, get_deploy). Each example's world (info['world']) has "
@@ -110,10 +120,11 @@ class Triage(GeneratedFamily[Difficulty]):
         return _describe(d)
 
     def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
-        return LOOKUPS[d.lookup]
+        return tools_for(d.lookup, d.incident_ids)
 
     def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
-        return LOOKUPS[example.info["world"].get("lookup", "since")]
+        world = example.info["world"]
+        return tools_for(world.get("lookup", "since"), world.get("incident_ids", True))
 
     def max_turns(self, d: Difficulty) -> int:
         return _max_turns(d)
@@ -128,7 +139,7 @@ class Triage(GeneratedFamily[Difficulty]):
             "symptoms": repr(SYMPTOMS),
             "changes": repr(CHANGES),
             "ask": repr(ASK),
-            "reply": repr(REPLY),
+            "reply": repr(replies(d.incident_ids)),
             "start": repr(START),
             "rule": repr(rule(d)),
             "n_deps": d.n_deps,
@@ -138,6 +149,7 @@ class Triage(GeneratedFamily[Difficulty]):
             "kinds": repr(d.questions),
             "lookup": repr(d.lookup),
             "guided": d.guided,
+            "incident_ids": d.incident_ids,
         }
 
     def score(self, example: Example, final_text: str) -> float:

@@ -54,6 +54,17 @@ REPLY = {
 }
 """The last of the ``guided`` steps; the prompt still ends with ``START``: ending on the reply, untrained
 Qwen2.5-Coder answered the example id in get_deploy's docstring without a call (16 of 16, CPU)."""
+REPLY_WITHOUT_INCIDENT_IDS = {
+    **REPLY,
+    "deploy": "Reply with the culprit deploy's id (it starts with dep-) inside <answer></answer> tags.",
+}
+"""``REPLY`` where incidents have no ids: naming the ``INC-`` prefix, the reply step made untrained
+Qwen2.5-Coder answer ``<answer>INC-</answer>`` without a call (3 of 3, CPU)."""
+
+
+def replies(incident_ids: bool) -> dict[str, str]:
+    """The guided reply step per question kind."""
+    return REPLY if incident_ids else REPLY_WITHOUT_INCIDENT_IDS
 
 
 @attrs.frozen
@@ -70,6 +81,10 @@ class Difficulty:
     rule's window) ``list_deploys(service, until)``, most recent first."""
     guided: bool = False
     """Whether the prompt spells out the steps (an easier calibration level)."""
+    incident_ids: bool = True
+    """Whether ``list_incidents`` shows incident ids. Without them (an easier calibration level) the only
+    ids the model sees are deploy ids: with them, untrained Qwen2.5-Coder passed the incident ids to
+    ``get_deploy`` and answered one (3 of 3 guided dev examples, CPU; 1 of 3 right without them)."""
 
     @property
     def needed_calls(self) -> int:
@@ -103,7 +118,7 @@ def steps(d: Difficulty, root: str, kind: str) -> str:
     todo.append(pick + (", not rolled back (get_deploy shows rolled_back)." if d.rollback_p > 0 else "."))
     if kind == "team":
         todo.append("Call get_deploy for the culprit: its team is the one to page.")
-    todo.append(REPLY[kind])
+    todo.append(replies(d.incident_ids)[kind])
     return "Steps:\n" + "\n".join(f"{i}. {line}" for i, line in enumerate(todo, 1))
 
 
@@ -190,6 +205,8 @@ def _world(rng: random.Random, d: Difficulty) -> tuple[dict[str, Any], dict[str,
     world: dict[str, Any] = {"services": services, "incidents": incidents, "deploys": deploys}
     if d.lookup != "since":
         world["lookup"] = d.lookup
+    if not d.incident_ids:
+        world["incident_ids"] = False
     return world, culprit
 
 

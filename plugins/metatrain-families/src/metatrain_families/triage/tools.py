@@ -4,12 +4,14 @@ The world holds lists of records (Arrow-safe): ``services`` ({name, team, depend
 ``incidents`` ({id, service, started, status, summary}) and ``deploys`` ({id, service, at, team,
 change, rolled_back}); times are ``"HH:MM"`` on one day. Names and ids are matched case-insensitively.
 A world with ``lookup == "until"`` (an easier calibration level) is queried through
-``list_deploys_until`` instead of ``list_deploys``: same tool name, the window before a time.
+``list_deploys_until`` instead of ``list_deploys``: same tool name, the window before a time; one with
+``incident_ids`` false through ``list_incidents_without_ids`` (same name, no ``id`` field).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 
@@ -45,6 +47,18 @@ def list_incidents(world: dict[str, Any], service: str) -> list[dict[str, Any]]:
         {"id": i["id"], "started": i["started"], "status": i["status"], "summary": i["summary"]}
         for i in sorted(found, key=lambda i: minutes(i["started"]))
     ]
+
+
+def list_incidents_without_ids(world: dict[str, Any], service: str) -> list[dict[str, Any]]:
+    """List the incidents recorded on a service, oldest first.
+
+    Args:
+        service: The service name.
+
+    Returns:
+        One entry per incident: started (HH:MM), status (open or resolved) and summary.
+    """
+    return [{k: v for k, v in i.items() if k != "id"} for i in list_incidents(world, service)]
 
 
 def get_service(world: dict[str, Any], name: str) -> dict[str, Any]:
@@ -92,8 +106,16 @@ def list_deploys_until(world: dict[str, Any], service: str, until: str) -> list[
     return [{"id": d["id"], "at": d["at"]} for d in sorted(found, key=lambda d: -minutes(d["at"]))]
 
 
-list_deploys_until.__name__ = "list_deploys"
-"""The model sees it as ``list_deploys``: a level swaps the window, not the tool's name."""
+def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` as the model sees it: ``name`` in its schema and in a call's TypeError."""
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+_named(list_deploys_until, "list_deploys")
+_named(list_incidents_without_ids, "list_incidents")
+"""A level swaps a window or drops a field, not a tool's name (the error of a call missing an argument
+named ``list_deploys_until()`` before ``__qualname__`` was set too)."""
 
 
 def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
@@ -114,6 +136,10 @@ def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
 
 
 TOOLS = (list_incidents, get_service, list_deploys, get_deploy)
-TOOLS_UNTIL = (list_incidents, get_service, list_deploys_until, get_deploy)
-LOOKUPS = {"since": TOOLS, "until": TOOLS_UNTIL}
-"""The eval tools per ``Difficulty.lookup``."""
+
+
+def tools_for(lookup: str = "since", incident_ids: bool = True) -> tuple[Callable[..., Any], ...]:
+    """The eval tools for a level's ``Difficulty.lookup`` and ``Difficulty.incident_ids``."""
+    incidents = list_incidents if incident_ids else list_incidents_without_ids
+    deploys = list_deploys_until if lookup == "until" else list_deploys
+    return (incidents, get_service, deploys, get_deploy)
