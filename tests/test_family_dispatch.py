@@ -65,10 +65,12 @@ def solve(example: Example) -> tuple[str, int]:
     queues, calls = [], 0
     for ticket_id in prompt_tickets(example.prompt):
         ticket = json.loads(tools["get_ticket"](ticket_id=ticket_id))
-        customer = json.loads(tools["get_customer"](customer_id=ticket["customer_id"]))
-        sla = json.loads(tools["get_sla"](tier=customer["tier"]))
-        calls += 3
-        facts = {"ticket": ticket, "customer": customer, "sla": sla}
+        facts = {"ticket": ticket}
+        calls += 1
+        if "customer_id" in ticket:  # absent at the levels without customer ids
+            facts["customer"] = json.loads(tools["get_customer"](customer_id=ticket["customer_id"]))
+            facts["sla"] = json.loads(tools["get_sla"](tier=facts["customer"]["tier"]))
+            calls += 2
         queue = next(
             (r["queue"] for r in example.info["rules"] if all(holds(c, facts) for c in r["clauses"])),
             example.info["default"],
@@ -415,3 +417,30 @@ def test_guided_levels_end_with_the_steps_and_stay_solvable(label: str, tmp_path
         assert prompt_tickets(ex.prompt) == ids
         assert solve(ex)[0] == ex.answer
     _mirrors(_rendered_env(tmp_path, d, "guided"), d)
+
+
+@pytest.mark.parametrize("label", [lvl for lvl in LEVELS["full"] if lvl.endswith("without customer ids")])
+def test_levels_without_customer_ids_show_no_id_to_chase(label: str, tmp_path: Path) -> None:
+    d = LEVELS["full"][label]
+    family = Dispatch().at_knobs("full", d)
+    (get_ticket,) = (t for t in family.task_spec("full").eval.tools if t.name == "get_ticket")
+    assert "customer_id" not in get_ticket.description
+    with_ids = attrs.evolve(d, customer_ids=True)
+    for seed in range(20):
+        ex = generate_example(random.Random(seed), d, "x")
+        plain = generate_example(random.Random(seed), with_ids, "x")
+        assert ex.answer == plain.answer  # the same draw, less shown
+        assert not any("customer_id" in t for t in ex.info["world"]["tickets"])
+        tools = {fn.__name__: fn for fn in family.tools_for(ex)}
+        for tid in ex.info["ticket_ids"]:
+            assert "C-" not in tools["get_ticket"](ticket_id=tid)
+        reply = ex.prompt.split("\n")[-2]
+        assert "queue names the rules picked" in reply and "T-" not in reply
+        assert solve(ex) == (ex.answer, len(ex.info["ticket_ids"]))
+    with pytest.raises(TypeError, match=r"get_ticket\(\) missing"):
+        family.tools_for(ex)[0]()
+    env = _rendered_env(tmp_path, d, "no_ids")
+    _mirrors(env, d)
+    assert "customer_id" not in (env.get_ticket.__doc__ or "")
+    with pytest.raises(ValueError, match="ticket facts only"):
+        attrs.evolve(DIFFICULTY["full"], customer_ids=False)

@@ -72,6 +72,14 @@ def bind_world(fn: Callable[..., Any], world: Any) -> Callable[..., Any]:
     return bound
 
 
+def named_as(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` as the model sees it: ``name`` in its schema and in a call's TypeError (a level that swaps
+    in another implementation keeps the tool's name; ``__qualname__`` too, or a call missing an
+    argument is answered with the implementation's name)."""
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
 def tool_schemas(tools: Iterable[Callable[..., Any]]) -> list[ToolSchema]:
     """The eval tool interface: each tool's JSON schema as the model sees it (``world`` hidden)."""
     from transformers.utils import get_json_schema

@@ -3,12 +3,15 @@ dependent tool calls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import attrs
 
 from metatrain.specs import Example
 from metatrain_families.common import GeneratedFamily, extract_answer
 from metatrain_families.dispatch.generator import QUEUES, Difficulty, answer_template, generate_example
-from metatrain_families.dispatch.tools import TOOLS
+from metatrain_families.dispatch.tools import TOOLS, tools_for
 
 SYSTEM_PROMPT = (
     "You route support tickets. Each request lists several tickets and one list of routing rules. For "
@@ -33,12 +36,18 @@ LEVELS = {
     "full": {
         **UNGUIDED,
         **{f"guided, {label}": attrs.evolve(d, guided=True) for label, d in UNGUIDED.items()},
+        **{
+            f"guided, {label}, tickets without customer ids": attrs.evolve(d, guided=True, customer_ids=False)
+            for label, d in UNGUIDED.items()
+            if not d.customer_rules
+        },
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first. Every embedded model scores 0 at the
 current level (the calibration notes in docs/families.md); rules on ticket facts alone need one
 lookup a ticket, and two tickets with four rules keep a blind guess near 1/25. Guided levels spell
-out the steps, one per ticket, before the first call."""
+out the steps, one per ticket, before the first call; without customer ids no ticket record holds an id
+to chase."""
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
 
@@ -74,6 +83,11 @@ class Dispatch(GeneratedFamily[Difficulty]):
         customer = ", the customer's tier or region" if d.customer_rules else ""
         sla = ", or the SLA response hours of the customer's tier" if d.use_sla else ""
         steps = " The prompt spells out the steps, one per ticket." if d.guided else ""
+        chain = (
+            "get_ticket gives the customer id, get_customer the tier"
+            if d.customer_ids
+            else "get_ticket gives the ticket's facts; tickets show no customer id"
+        )
         return (
             f"Teach a small model to route support tickets to queues. Each prompt names {d.n_route} "
             f"ticket ids and lists {d.n_rules} routing rules checked in order (first match wins) plus a "
@@ -81,14 +95,20 @@ class Dispatch(GeneratedFamily[Difficulty]):
             f"{d.max_clauses} condition(s) on the ticket's category, severity or channel{customer}"
             f"{sla}. Rules, queue names and the world ({d.n_tickets} tickets "
             "with their customers, and the SLAs) are generated afresh per example; the facts are "
-            "reachable only through the tools (get_ticket gives the customer id, get_customer the "
-            "tier), and for each ticket the matching rule is uniform over the rules and the default, "
+            f"reachable only through the tools ({chain}), and for each ticket the matching rule is "
+            "uniform over the rules and the default, "
             "independently of the other tickets, so guessing scores about "
             f"{(d.n_rules + 1) ** -d.n_route:.3f}. The model replies "
             f"<answer>{answer_template(d.n_route)}</answer> in the tickets' order; scoring is all or "
             "nothing: the last answer block split on commas, each part stripped, must equal the "
             f"expected list exactly. Queue names come from: {', '.join(QUEUES)}.{steps}"
         )
+
+    def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
+        return tools_for(d.customer_ids)
+
+    def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
+        return tools_for(example.info["world"].get("customer_ids", True))
 
     def max_turns(self, d: Difficulty) -> int:
         return d.max_lookups + 2
@@ -105,6 +125,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             "use_sla": d.use_sla,
             "customer_rules": d.customer_rules,
             "guided": d.guided,
+            "customer_ids": d.customer_ids,
         }
 
     def score(self, example: Example, final_text: str) -> float:

@@ -78,6 +78,11 @@ class Difficulty:
     guided: bool = False
     """Whether the prompt spells out the steps, ticket by ticket, before asking for the first call (a
     calibration level: untrained Qwen2.5-Coder repeated ``get_ticket`` for the first ticket)."""
+    customer_ids: bool = True
+    """Whether a ticket record shows its customer's id. Without it (a calibration level, rules on ticket
+    facts only) no record holds an id to chase, and the guided reply step names no ticket id: with
+    them, untrained Qwen2.5-Coder fetched the customer ids through ``get_ticket`` and answered the
+    ticket ids (3 of 3 guided dev examples, CPU)."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.n_route <= self.n_tickets:
@@ -86,6 +91,8 @@ class Difficulty:
             raise ValueError(f"n_rules must be 1..{len(QUEUES) - 1}, got {self.n_rules}")
         if self.max_clauses < 1:
             raise ValueError(f"max_clauses must be at least 1, got {self.max_clauses}")
+        if not self.customer_ids and (self.customer_rules or self.use_sla):
+            raise ValueError("customer_ids=False needs rules on ticket facts only (no customer rules or SLA)")
 
     @property
     def lookups_per_ticket(self) -> int:
@@ -128,6 +135,9 @@ def closing(d: Difficulty, ids: list[str]) -> str:
     todo.append(
         f"Reply with the {len(ids)} queue names, comma-separated in the order {', '.join(ids)}, inside "
         "<answer></answer> tags."
+        if d.customer_ids
+        else f"Reply with the {len(ids)} queue names the rules picked, comma-separated in the order of the "
+        "steps above, inside <answer></answer> tags."
     )
     steps = "\n".join(f"{i}. {line}" for i, line in enumerate(todo, 1))
     return f"Steps:\n{steps}\nStart now: call get_ticket for {ids[0]}."
@@ -224,7 +234,11 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
                 "channel": v["ticket.channel"],
             }
         )
-    world = {"tickets": tickets, "customers": customers, "slas": slas}
+        if not d.customer_ids:
+            del tickets[-1]["customer_id"]
+    world: dict[str, Any] = {"tickets": tickets, "customers": customers, "slas": slas}
+    if not d.customer_ids:
+        world["customer_ids"] = False
     answers, matches, lookups = [], [], []
     for i, target in zip(routed, targets, strict=True):
         sla = next(s for s in slas if s["tier"] == customers[i]["tier"])

@@ -1,9 +1,16 @@
-"""dispatch's eval tools. Each reads the example's support-desk world; ``world`` is hidden from the model."""
+"""dispatch's eval tools. Each reads the example's support-desk world; ``world`` is hidden from the model.
+
+A world with ``customer_ids`` false (an easier calibration level: its tickets carry no customer id) is
+queried through ``get_ticket_without_customer``: same tool name, a docstring without the field.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
+
+from metatrain_families.common import named_as
 
 
 def _find(world: dict[str, Any], table: str, key: str, value: str, what: str) -> str:
@@ -51,4 +58,24 @@ def get_sla(world: dict[str, Any], tier: str) -> str:
     return _find(world, "slas", "tier", tier, "tier")
 
 
+def get_ticket_without_customer(world: dict[str, Any], ticket_id: str) -> str:
+    """Fetch a support ticket.
+
+    Args:
+        ticket_id: The ticket's id, e.g. T-1234.
+
+    Returns:
+        A JSON object with the ticket's id, category, severity (1-4) and channel.
+    """
+    return _find(world, "tickets", "id", ticket_id, "ticket id")
+
+
+named_as(get_ticket_without_customer, "get_ticket")
+
+
 TOOLS = (get_ticket, get_customer, get_sla)
+
+
+def tools_for(customer_ids: bool = True) -> tuple[Callable[..., Any], ...]:
+    """The eval tools for a level's ``Difficulty.customer_ids``."""
+    return (get_ticket if customer_ids else get_ticket_without_customer, get_customer, get_sla)

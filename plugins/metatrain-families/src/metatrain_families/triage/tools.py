@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from metatrain_families.common import named_as
+
 
 def minutes(text: Any) -> int:
     """``"HH:MM"`` -> minutes since midnight; ValueError with a hint otherwise."""
@@ -106,16 +108,9 @@ def list_deploys_until(world: dict[str, Any], service: str, until: str) -> list[
     return [{"id": d["id"], "at": d["at"]} for d in sorted(found, key=lambda d: -minutes(d["at"]))]
 
 
-def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``fn`` as the model sees it: ``name`` in its schema and in a call's TypeError."""
-    fn.__name__ = fn.__qualname__ = name
-    return fn
-
-
-_named(list_deploys_until, "list_deploys")
-_named(list_incidents_without_ids, "list_incidents")
-"""A level swaps a window or drops a field, not a tool's name (the error of a call missing an argument
-named ``list_deploys_until()`` before ``__qualname__`` was set too)."""
+named_as(list_deploys_until, "list_deploys")
+named_as(list_incidents_without_ids, "list_incidents")
+"""A level swaps a window or drops a field, not a tool's name."""
 
 
 def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
