@@ -272,10 +272,14 @@ def test_reference_env_mirrors_a_guided_level(label: str, tmp_path: Path) -> Non
         ex = generate_example(random.Random(seed), level.knobs("full"), "x")
         assert (row["question"], row["answer"], row["info"]) == (ex.prompt, ex.answer, ex.info)
     world = copy.deepcopy(ex.info["world"])
-    started = open_incident_start(env.list_incidents(world, ex.info["question"]["service"]))
-    assert env.list_deploys(world, ex.info["culprit"]["service"], until=started) == {
-        fn.__name__: fn for fn in level.tools_for(ex)
-    }["list_deploys"](service=ex.info["culprit"]["service"], until=started)
+    tools = {fn.__name__: fn for fn in level.tools_for(ex)}
+    service = ex.info["question"]["service"]
+    assert env.list_incidents(world, service) == tools["list_incidents"](service=service)
+    assert ("id, started" in env.list_incidents.__doc__) == level.knobs("full").incident_ids
+    started = open_incident_start(env.list_incidents(world, service))
+    assert env.list_deploys(world, ex.info["culprit"]["service"], until=started) == tools["list_deploys"](
+        service=ex.info["culprit"]["service"], until=started
+    )
 
 
 def test_reference_env_rollout_and_rubric(tmp_path: Path) -> None:
