@@ -121,15 +121,6 @@ def test_reference_job_parses_within_bounds(budget: str) -> None:
     assert_reference_job_within_bounds(FAMILY, budget)
 
 
-def test_full_reference_job_takes_sixteen_prompts_a_step_the_others_eight() -> None:
-    """multi_hop's own table change (``reference_table``) reaches its job and no other family's."""
-    from metatrain_families.calc_chain import CalcChain
-
-    assert assert_reference_job_within_bounds(FAMILY, "full").train.batch_size == 16
-    assert assert_reference_job_within_bounds(FAMILY, "fast").train.batch_size == 2
-    assert assert_reference_job_within_bounds(CalcChain(), "full").train.batch_size == 8
-
-
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_reference_job_passes_the_validation_probe(budget: str, tmp_path: Path) -> None:
     scores = probe_reference_job(FAMILY, budget, tmp_path)

@@ -188,8 +188,6 @@ class GeneratedFamily(Generic[D]):
     families and never answered (docs/families.md, calibration)."""
     levels: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     """Candidate knobs per budget for ``metatrain calibrate``, hardest first: label -> knobs."""
-    reference_table: ClassVar[Mapping[str, Mapping[str, object]]] = {}
-    """Per budget, this family's changes to ``reference_job_values`` (e.g. more prompts a step)."""
     models: ClassVar[Sequence[str]] = MODELS
     fast_models: ClassVar[Sequence[str]] = FAST_MODELS
     eval_n: ClassVar[Mapping[str, int]] = EVAL_N
@@ -319,7 +317,7 @@ class GeneratedFamily(Generic[D]):
             **self.env_values(d),
         )
         full_budget = rollout_token_budget(self.max_turns(d), self.max_tokens, FULL_MAX_TOKENS)
-        values = {**reference_job_values(budget, full_budget), **self.reference_table.get(budget, {})}
+        values = reference_job_values(budget, full_budget)
         job = render_template(self.templates, "reference_job.toml.tmpl", **values)
         return {"env.py": env, "job.toml": job}
 

@@ -29,11 +29,6 @@ LEVELS = {
 }
 """Candidates for ``metatrain calibrate``, hardest first (the 2026-12-03 sweep's levels)."""
 MAX_TOKENS = 64
-REFERENCE_TABLE = {"full": {"batch_size": 16}}
-"""Sixteen prompts a step, not eight: on one H100 the eleventh session's job left 13-75% of its
-groups without reward variance at each step after the first and took nine steps in 540 s; HF
-generation of a 0.5B model is bound by its token loop more than by the batch, so twice the groups
-should cost far less than twice the step (docs/families.md)."""
 
 
 def max_turns(d: Difficulty) -> int:
@@ -60,7 +55,6 @@ class MultiHop(GeneratedFamily[Difficulty]):
     )
     max_tokens = MAX_TOKENS
     templates = __name__
-    reference_table = REFERENCE_TABLE
 
     def describe(self, d: Difficulty) -> str:
         return (
