@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from metatrain.integrity import training_policy
 from metatrain.jobs.bundle import make_bundle
@@ -83,10 +84,16 @@ def test_tiny_trl_grpo_run_on_cpu(
     for s in samples:  # what the model wrote, next to what it earned
         assert s["question"] and s["completion"][0]["role"] == "assistant"
         assert funcs and set(s["rewards"]) == funcs and isinstance(s["advantage"], float)
+    # One prompt's two rollouts: advantages are both zero (equal rewards) or both non-zero.
+    skipped = all(s["advantage"] == 0.0 for s in samples)
+    assert rows[0]["update_skipped"] is skipped and summary["skipped_updates"] == ([1] if skipped else [])
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
+    if skipped:  # no update: the merged weights are the base model's
+        base = AutoModelForCausalLM.from_pretrained(smollm2, use_safetensors=True).state_dict()
+        assert all(torch.equal(t, base[k]) for k, t in model.state_dict().items())
 
 
 def test_training_stops_at_its_deadline_and_still_saves(

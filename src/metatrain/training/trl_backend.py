@@ -7,7 +7,8 @@ called with verifiers message objects; ``max_tool_calling_iterations = max_turns
 parsed with the project dialect (``training.dialect``), the same parser the hidden eval uses; with
 the task's ``final_answer_turn`` (carried in the bundle manifest), the last tool round ends in the
 eval's final-answer prompt, and each generation is capped at the eval's per-turn ``max_tokens``
-(``training.final_turn``).
+(``training.final_turn``). A step with no non-zero advantage makes no optimizer update
+(``training.update_gate``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from metatrain.training.environment import (
     user_reward_funcs,
 )
 from metatrain.training.table import lora_config, trl_config_kwargs
+from metatrain.training.update_gate import UpdateGate, gate_updates_on_signal
 
 
 class RewardFunctionError(RuntimeError):
@@ -79,10 +81,13 @@ class _MetricsWriter:
         self.path = path
         self.max_steps = max_steps
         self.t0 = time.monotonic()
+        self.gate: UpdateGate | None = None
 
     def write(self, step: int, logs: dict[str, Any]) -> None:
         row = {"step": step, "max_steps": self.max_steps, "elapsed": round(time.monotonic() - self.t0, 3)}
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
+        if self.gate is not None:
+            row["update_skipped"] = self.gate.skipped(step)
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
 
@@ -209,6 +214,7 @@ def train_job(
     )
     trainer.add_callback(_samples_callback(trainer, out / "samples.jsonl"))
     guard_training_step(trainer, out / "diverged.json")
+    writer.gate = gate_updates_on_signal(trainer)
     t_train = time.monotonic()
     trainer.train()
     train_seconds = time.monotonic() - t_train
@@ -229,4 +235,5 @@ def train_job(
         "final_answer_turn": bool(trainer.final_answer_turn),
         "turn_max_tokens": int(trainer.generation_config.max_new_tokens),
         "trainer_class": type(trainer).__name__,
+        "skipped_updates": list(writer.gate.skipped_steps),
     }
