@@ -6,7 +6,8 @@
 #   BUDGET=fast DEVICE=cpu SEED=0 bash scripts/families_study.sh        # the CPU smoke study
 #
 # SEED=0 reuses the committed baselines; TRAIN_WALL caps each job's training (seconds);
-# PARALLEL runs that many seedings and episodes at once (one GPU can hold several small jobs).
+# PARALLEL runs that many seedings and episodes at once (one GPU can hold several small jobs);
+# AGENT=reference:KEY=VALUE,... runs an ablation of the reference jobs (docs/agents.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET=${BUDGET:-full}
@@ -17,7 +18,8 @@ PARALLEL=${PARALLEL:-1}
 FAMILIES=${FAMILIES:-calc_chain multi_hop string_pipeline ledger dispatch triage}
 RUNS=${RUNS:-runs/families-$BUDGET-$DEVICE}
 MT=${MT:-.venv/bin/metatrain}
-export MT BUDGET DEVICE RUNS TRAIN_WALL
+AGENT=${AGENT:-reference}
+export MT BUDGET DEVICE RUNS TRAIN_WALL AGENT
 mkdir -p "$RUNS"
 
 if [[ "$SEED" == 1 ]]; then
@@ -27,7 +29,7 @@ if [[ "$SEED" == 1 ]]; then
       || { echo "seeding {} failed: see $RUNS/seed-{}.log"; exit 1; }'
 fi
 printf '%s\n' $FAMILIES | xargs -P "$PARALLEL" -I{} \
-  sh -c '"$MT" episode --family {} --agent reference --provider local --budget "$BUDGET" \
+  sh -c '"$MT" episode --family {} --agent "$AGENT" --provider local --budget "$BUDGET" \
     --device "$DEVICE" --runs "$RUNS/{}" --train-wall-seconds "$TRAIN_WALL" --json "$RUNS/{}.json" \
     > "$RUNS/episode-{}.log" 2>&1; echo "{}: episode exit $? (log: $RUNS/episode-{}.log)"'
 .venv/bin/python -m metatrain.analysis.uplift "$RUNS"/*/*/result.json | tee "$RUNS/uplift.md"

@@ -38,6 +38,8 @@ optimizer = "adamw"
 scheduler = "constant"
 warmup = 0
 loss = "grpo"
+# advantage_scale = "group"    # rewards -> advantages: minus the group mean, then / group std
+                               # ("group"), / batch std ("batch") or nothing ("none")
 
 [train.lora]                   # omit only if full fine-tuning is allowed
 rank = 8

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
 Scheduler = Literal["constant", "linear", "cosine"]
 Loss = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+AdvantageScale = Literal["group", "batch", "none"]
 
 
 class LoraTable(BaseModel):
@@ -37,6 +38,11 @@ class TrainingTable(BaseModel):
     scheduler: Scheduler = "constant"
     warmup: int = Field(0, ge=0)
     loss: Loss = "grpo"
+    advantage_scale: AdvantageScale | None = Field(
+        None,
+        description="Rewards minus the group mean, divided by the group's std ('group'), the batch's "
+        "('batch') or nothing ('none'); unset: the backend's default (TRL 'group', prime-rl 'none')",
+    )
     lora: LoraTable | None = Field(default_factory=lambda: LoraTable())
 
 

@@ -84,6 +84,7 @@ class Bounds(BaseModel):
     optimizers: list[str]
     schedulers: list[str]
     losses: list[str]
+    advantage_scales: list[str] = Field(default_factory=lambda: ["group", "batch", "none"])
     full_finetune_allowed: bool = False
 
 

@@ -19,6 +19,7 @@ from it; ``docs/prime-rl.md`` prints it. Values each backend fixes regardless of
 | optimizer            | ``optim``                           | ``trainer.optim.type`` (+ weight decay 0)     |
 | scheduler, warmup    | ``lr_scheduler_type``, ``warmup_steps`` | ``trainer.scheduler.*``               |
 | loss                 | ``loss_type``                       | ``trainer.loss.type = "default"``             |
+| advantage_scale      | ``scale_rewards``                   | (only "none": its advantage is centred only)  |
 | lora                 | ``peft.LoraConfig`` (lora_config)   | ``trainer.model.lora.{rank,alpha,dropout}``   |
 """
 
@@ -26,11 +27,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import attrs
 
 from metatrain.specs import Bounds, TrainingTable
+from metatrain.specs.job import AdvantageScale
 
 TRL_OPTIM = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "sgd": "sgd", "adafactor": "adafactor"}
 PRIMERL_OPTIM = {"adamw": "adamw", "adamw_8bit": "adamw", "sgd": "sgd"}
@@ -90,6 +92,16 @@ def _primerl_scheduler(table: TrainingTable) -> dict[str, Any]:
     if table.scheduler == "linear":
         out["trainer.scheduler.decay_steps"] = table.max_steps - table.warmup
     return out
+
+
+def _primerl_advantage(table: TrainingTable) -> dict[str, Any]:
+    if table.advantage_scale in (None, "none"):
+        return {}
+    raise UnsupportedSetting(
+        f"train.advantage_scale = {table.advantage_scale!r} has no prime-rl v0.6.0 equivalent: its "
+        "advantage is the reward minus the group mean, never divided by a std; choose 'none' or leave "
+        "it unset"
+    )
 
 
 def _primerl_lora(table: TrainingTable) -> dict[str, Any]:
@@ -209,6 +221,17 @@ MAPPING: tuple[KeyMapping, ...] = (
         "(grpo, dr_grpo, dapo, bnpo) differ in normalisation only and all map to it",
     ),
     KeyMapping(
+        "advantage_scale",
+        ("scale_rewards",),
+        (),
+        lambda t: {} if t.advantage_scale is None else {"scale_rewards": t.advantage_scale},
+        _primerl_advantage,
+        "group: TRL's default, (r - group mean) / group std, so a group whose rewards differ by a "
+        "small partial credit gets advantages as large as one with a right answer; batch: divided by "
+        "the std over the whole batch, keeping groups' relative sizes; none: centred only, prime-rl "
+        "v0.6.0's only advantage (group and batch are refused there)",
+    ),
+    KeyMapping(
         "lora",
         (),
         ("trainer.model.lora.rank", "trainer.model.lora.alpha", "trainer.model.lora.dropout"),
@@ -243,9 +266,13 @@ def bound_errors(
         ("optimizer", bounds.optimizers),
         ("scheduler", bounds.schedulers),
         ("loss", bounds.losses),
+        ("advantage_scale", bounds.advantage_scales),
     ):
         value = getattr(table, key)
-        if value not in allowed:
+        if value is None:  # advantage_scale unset: each backend's default, fine unless narrowed
+            if set(allowed) != set(get_args(AdvantageScale)):
+                errors.append(f"train.{key} must be set to one of {allowed}: the backends' defaults differ")
+        elif value not in allowed:
             errors.append(f"train.{key} = {value!r} is not allowed; choose one of {allowed}")
     if table.lora is None:
         if not bounds.full_finetune_allowed:
