@@ -214,7 +214,7 @@ def train_job(
     )
     trainer.add_callback(_samples_callback(trainer, out / "samples.jsonl"))
     guard_training_step(trainer, out / "diverged.json")
-    writer.gate = gate_updates_on_signal(trainer)
+    gate = writer.gate = gate_updates_on_signal(trainer)
     t_train = time.monotonic()
     trainer.train()
     train_seconds = time.monotonic() - t_train
@@ -235,5 +235,5 @@ def train_job(
         "final_answer_turn": bool(trainer.final_answer_turn),
         "turn_max_tokens": int(trainer.generation_config.max_new_tokens),
         "trainer_class": type(trainer).__name__,
-        "skipped_updates": list(writer.gate.skipped_steps),
+        "skipped_updates": list(gate.skipped_steps),
     }
