@@ -6,7 +6,8 @@ Why it matters: on one H100 (2026-12-05) a multi_hop job had reward variance in 
 sixteen in each of its first two steps and in none of the next six; over those six its tool calls
 per rollout rose from 5.1 to 7.5 and its hidden eval fell from 0.045 to 0.000 (docs/families.md).
 A skipped step still counts as a step (the schedule, the deadline and the logs go on); its
-``metrics.jsonl`` row says ``update_skipped``.
+``metrics.jsonl`` row says ``update_skipped``. TRL only: prime-rl v0.6.0 already drops
+zero-advantage rollouts from its batches by default (``orchestrator.post_batch_filters``).
 """
 
 from __future__ import annotations
