@@ -147,6 +147,8 @@ def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() ->
         train_metrics={"stopped_at_deadline": True},
     )
     assert _job_summary(stopped, 0.1).stopped_at_deadline is True
+    quiet = stopped.model_copy(update={"train_metrics": {"stopped_at_deadline": True, "skipped_updates": 3}})
+    assert _job_summary(quiet, 0.1).skipped_updates == 3 and _job_summary(stopped, 0.1).skipped_updates == 0
 
     from metatrain.protocols import RewardInputs
     from metatrain.specs.episode import CostSummary
@@ -166,7 +168,11 @@ def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() ->
     )
     for job, expected in (
         (summary, "failed: training failed: OutOfMemoryError: CUDA out of memory."),
-        (_job_summary(stopped, 0.1), "14 steps, stopped before the wall"),
+        (_job_summary(stopped, 0.1), "14 steps, stopped before the wall)"),
+        (
+            _job_summary(quiet, 0.1),
+            "14 steps, 3 without reward signal (no update), stopped before the wall)",
+        ),
     ):
         result = EpisodeResult(
             run_id="r",

@@ -135,6 +135,7 @@ def summary_table(result: EpisodeResult) -> Table:
         (
             "train wall time",
             f"{j.train_seconds:.1f} s ({j.train_steps} steps"
+            + (f", {j.skipped_updates} without reward signal (no update)" if j.skipped_updates else "")
             + (", stopped before the wall)" if j.stopped_at_deadline else ")"),
         ),
         ("agent tokens in / out", f"{result.cost.tokens_in} / {result.cost.tokens_out}"),

@@ -35,6 +35,7 @@ class JobSummary(BaseModel):
     eval_n: int = 0
     train_steps: int = 0
     stopped_at_deadline: bool = False
+    skipped_updates: int = Field(0, description="Training steps without a non-zero advantage (no update)")
     error: str | None = None
 
 
