@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import pandas as pd
 
-from metatrain.analysis.runs import plot_training, reward_parts
+from metatrain.analysis.runs import plot_training, reward_parts, skipped_steps
 
 
 def test_each_rubric_function_gets_its_own_curve() -> None:
@@ -32,3 +32,19 @@ def test_each_rubric_function_gets_its_own_curve() -> None:
 def test_no_metrics_says_so() -> None:
     ax = plot_training(pd.DataFrame())
     assert [t.get_text() for t in ax.texts] == ["no training metrics"]
+
+
+def test_steps_without_an_update_are_shaded() -> None:
+    metrics = pd.DataFrame(
+        {
+            "step": [1, 2, 3, 4],
+            "reward": [0.0, 0.0, 0.1, 0.0],
+            "update_skipped": [True, True, False, True],
+        }
+    )
+    assert skipped_steps(metrics) == [1, 2, 4]
+    ax = plot_training(metrics)
+    shaded = sorted(round(p.get_x() + p.get_width() / 2) for p in ax.patches)  # one span per step
+    assert shaded == [1, 2, 4] and all(p.get_width() == 1.0 for p in ax.patches)
+    assert "no update" in ax.get_legend_handles_labels()[1]
+    assert skipped_steps(metrics.drop(columns="update_skipped")) == []  # runs from before the gate

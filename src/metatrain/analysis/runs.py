@@ -78,10 +78,19 @@ def reward_parts(metrics: pd.DataFrame) -> list[str]:
     )
 
 
+def skipped_steps(metrics: pd.DataFrame) -> list[int]:
+    """The steps that made no optimizer update (every advantage zero), from ``update_skipped``."""
+    if metrics.empty or "update_skipped" not in metrics:
+        return []
+    flags = metrics["update_skipped"].fillna(False).astype(bool)
+    return [int(s) for s in metrics.loc[flags, "step"]]
+
+
 def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
     """Mean GRPO reward per training step (with its std band where logged), and each rubric
     function's mean (unweighted, dashed): partial credit rising while the answer reward stays flat
-    is how a gamed rubric looks."""
+    is how a gamed rubric looks. Steps that made no update (``update_skipped``: no reward signal)
+    are shaded grey."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
@@ -99,6 +108,8 @@ def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
         )
     for name in reward_parts(metrics):
         ax.plot(metrics["step"], metrics[f"rewards/{name}/mean"], linestyle="--", label=name)
+    for i, step in enumerate(skipped_steps(metrics)):
+        ax.axvspan(step - 0.5, step + 0.5, color="grey", alpha=0.15, label="no update" if i == 0 else None)
     ax.set_xlabel("training step")
     ax.set_ylabel("reward")
     ax.set_title("inner GRPO training")
