@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from metatrain.specs.job import AdvantageScale
 
 
 class IntRange(BaseModel):
@@ -84,7 +86,7 @@ class Bounds(BaseModel):
     optimizers: list[str]
     schedulers: list[str]
     losses: list[str]
-    advantage_scales: list[str] = Field(default_factory=lambda: ["group", "batch", "none"])
+    advantage_scales: list[str] = Field(default_factory=lambda: list(get_args(AdvantageScale)))
     full_finetune_allowed: bool = False
 
 

@@ -269,11 +269,12 @@ def bound_errors(
         ("advantage_scale", bounds.advantage_scales),
     ):
         value = getattr(table, key)
-        if value is None:  # advantage_scale unset: each backend's default, fine unless narrowed
-            if set(allowed) != set(get_args(AdvantageScale)):
-                errors.append(f"train.{key} must be set to one of {allowed}: the backends' defaults differ")
-        elif value not in allowed:
+        if value is not None and value not in allowed:
             errors.append(f"train.{key} = {value!r} is not allowed; choose one of {allowed}")
+    scales = bounds.advantage_scales
+    if table.advantage_scale is None and set(scales) != set(get_args(AdvantageScale)):
+        # unset means each backend's own default, which differ: a narrowed choice must be explicit
+        errors.append(f"train.advantage_scale must be set to one of {scales}: the backends' defaults differ")
     if table.lora is None:
         if not bounds.full_finetune_allowed:
             errors.append("a [train.lora] table is required: full fine-tuning is not allowed for this budget")
