@@ -182,3 +182,19 @@ def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(reference_
     assert credit(f"<answer>{row['answer']}</answer>") == 1.0
     # the right kind of answer, right or wrong, opens the gate
     assert credit("<answer>lisbon</answer>") == credit("<answer>Keiko</answer>") == 1.0
+
+
+def test_reference_env_min_hops_trains_nearer_the_eval(reference_env: Any) -> None:
+    """``env_args.min_hops`` drops the shorter questions from the training set; out of range it is
+    refused with the allowed range named, before any dataset is built."""
+    hops = DIFFICULTY["full"].hops
+
+    def path_lengths(**env_args: Any) -> set[int]:
+        dataset = reference_env.load_environment(num_examples=40, seed=3, **env_args).dataset
+        return {len(info["chain"]) for info in map(reference_env._info, dataset["info"])}
+
+    assert path_lengths() == set(range(1, hops + 1))
+    assert path_lengths(min_hops=hops) == {hops}
+    for bad in (0, hops + 1, "2", True):
+        with pytest.raises(ValueError, match=f"min_hops must be a whole number from 1 to {hops}"):
+            reference_env.load_environment(num_examples=4, min_hops=bad)
