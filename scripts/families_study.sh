@@ -7,7 +7,9 @@
 #
 # SEED=0 reuses the committed baselines; TRAIN_WALL caps each job's training (seconds);
 # PARALLEL runs that many seedings and episodes at once (one GPU can hold several small jobs);
-# AGENT=reference:KEY=VALUE,... runs an ablation of the reference jobs (docs/agents.md).
+# AGENT=reference:KEY=VALUE,... runs an ablation of the reference jobs (docs/agents.md);
+# AGENTS="A1 A2 ..." runs each family once per agent (ablations side by side; the table names them):
+#   FAMILIES=multi_hop AGENTS="reference reference:train.advantage_scale=batch" bash scripts/families_study.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET=${BUDGET:-full}
@@ -18,8 +20,9 @@ PARALLEL=${PARALLEL:-1}
 FAMILIES=${FAMILIES:-calc_chain multi_hop string_pipeline ledger dispatch triage}
 RUNS=${RUNS:-runs/families-$BUDGET-$DEVICE}
 MT=${MT:-.venv/bin/metatrain}
-AGENT=${AGENT:-reference}
-export MT BUDGET DEVICE RUNS TRAIN_WALL AGENT
+PYTHON=${PYTHON:-.venv/bin/python}
+AGENTS=${AGENTS:-${AGENT:-reference}}
+export MT BUDGET DEVICE RUNS TRAIN_WALL
 mkdir -p "$RUNS"
 
 if [[ "$SEED" == 1 ]]; then
@@ -28,8 +31,13 @@ if [[ "$SEED" == 1 ]]; then
     sh -c '"$MT" seed-baselines --family {} --budget "$BUDGET" --device "$DEVICE" > "$RUNS/seed-{}.log" 2>&1 \
       || { echo "seeding {} failed: see $RUNS/seed-{}.log"; exit 1; }'
 fi
-printf '%s\n' $FAMILIES | xargs -P "$PARALLEL" -I{} \
-  sh -c '"$MT" episode --family {} --agent "$AGENT" --provider local --budget "$BUDGET" \
-    --device "$DEVICE" --runs "$RUNS/{}" --train-wall-seconds "$TRAIN_WALL" --json "$RUNS/{}.json" \
-    > "$RUNS/episode-{}.log" 2>&1; echo "{}: episode exit $? (log: $RUNS/episode-{}.log)"'
-.venv/bin/python -m metatrain.analysis.uplift "$RUNS"/*/*/result.json | tee "$RUNS/uplift.md"
+# One line per (family, agent): "FAMILY K AGENT"; run K of a family goes to $RUNS/FAMILY-aK.
+# An episode that fails still lets the others run and the table print; the exit status is then 1.
+failed=0
+for f in $FAMILIES; do k=0; for a in $AGENTS; do k=$((k + 1)); echo "$f $k $a"; done; done |
+  xargs -P "$PARALLEL" -L 1 sh -c 'out="$RUNS/$0-a$1"; "$MT" episode --family "$0" --agent "$2" \
+    --provider local --budget "$BUDGET" --device "$DEVICE" --runs "$out" \
+    --train-wall-seconds "$TRAIN_WALL" --json "$out.json" > "$out.log" 2>&1; rc=$?
+    echo "$0 ($2): episode exit $rc (log: $out.log)"; exit $rc' || failed=1
+"$PYTHON" -m metatrain.analysis.uplift "$RUNS"/*/*/result.json | tee "$RUNS/uplift.md" || failed=1
+exit $failed

@@ -65,17 +65,9 @@ def test_run_job_reports_the_last_step_written_just_before_training_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Training writes its last row and exits within the tailer's poll interval: the row still counts."""
-    import metatrain.models
     from metatrain.sandbox.runner import SandboxResult
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "env.py").write_text("def load_environment(**kw):\n    return None\n")
-    (ws / "job.toml").write_text(JOB_TOML)
-    fields: dict[str, Any] = {"family": "calc_chain", "version": "1.0.0", "budget": "fast", "eval_n": 8}
-    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False, max_tokens=64)
-    spec = TaskSpec.model_construct(**fields)  # make_bundle reads only these fields
-    bundle = make_bundle(tmp_path / "bundle", ws, parse_job_toml(JOB_TOML), spec, "job-m", "run-m")
+    bundle = _bundle_with_fake_evals(tmp_path, monkeypatch)
     steps: list[int] = []
     first_seen = threading.Event()
 
@@ -83,14 +75,6 @@ def test_run_job_reports_the_last_step_written_just_before_training_ends(
         if event == "step":
             steps.append(data["step"])
             first_seen.set()
-
-    signature = inspect.signature(runner_module.run_eval)
-
-    def fake_eval(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        out = signature.bind(*args, **kwargs).arguments["out"]
-        report = {"score": 0.25, "n": 8, "ci95": [0.0, 0.5], "tool_calls_per_rollout": 1.0}
-        out.write_text(json.dumps(report))
-        return report
 
     def fake_training(policy: Any, target: str, kwargs: dict[str, Any]) -> SandboxResult:
         metrics = Path(kwargs["out_dir"]) / "metrics.jsonl"
@@ -101,12 +85,58 @@ def test_run_job_reports_the_last_step_written_just_before_training_ends(
         summary = {"steps": 2, "train_seconds": 0.1, "history": [{"step": 1}, {"step": 2}]}
         return SandboxResult(True, summary, None, 0, "", "", 0.1, {})
 
-    monkeypatch.setattr(metatrain.models, "prepare_model", lambda name: tmp_path)
-    monkeypatch.setattr(runner_module, "run_eval", fake_eval)
     monkeypatch.setattr(runner_module, "run_sandboxed", fake_training)
     result = runner_module.run_job(bundle, tmp_path / "result", progress=progress)
     assert result.status == "succeeded" and result.train_steps == 2
     assert steps == [1, 2]
+
+
+def _bundle_with_fake_evals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fast calc_chain job bundle; model preparation and both evals stubbed (score 0.25)."""
+    import metatrain.models
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "env.py").write_text("def load_environment(**kw):\n    return None\n")
+    (ws / "job.toml").write_text(JOB_TOML)
+    fields: dict[str, Any] = {"family": "calc_chain", "version": "1.0.0", "budget": "fast", "eval_n": 8}
+    fields["eval"] = EvalInterface.model_construct(final_answer_turn=False, max_tokens=64)
+    spec = TaskSpec.model_construct(**fields)  # make_bundle reads only these fields
+    signature = inspect.signature(runner_module.run_eval)
+
+    def fake_eval(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        out = signature.bind(*args, **kwargs).arguments["out"]
+        report = {"score": 0.25, "n": 8, "ci95": [0.0, 0.5], "tool_calls_per_rollout": 1.0}
+        out.write_text(json.dumps(report))
+        return report
+
+    monkeypatch.setattr(metatrain.models, "prepare_model", lambda name: tmp_path)
+    monkeypatch.setattr(runner_module, "run_eval", fake_eval)
+    return make_bundle(tmp_path / "bundle", ws, parse_job_toml(JOB_TOML), spec, "job-m", "run-m")
+
+
+def test_a_job_killed_at_the_training_wall_says_which_wall_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two fast jobs at once on a two-core machine spent a 120 s wall loading their models."""
+    from metatrain.sandbox.runner import SandboxResult
+
+    bundle = _bundle_with_fake_evals(tmp_path, monkeypatch)
+    walls: list[float] = []
+
+    def killed(policy: Any, target: str, kwargs: dict[str, Any]) -> SandboxResult:
+        walls.append(policy.wall_seconds)
+        return SandboxResult(False, None, "timed out after 120s", None, "", "", 120.0, {}, timed_out=True)
+
+    monkeypatch.setattr(runner_module, "run_sandboxed", killed)
+    result = runner_module.run_job(bundle, tmp_path / "result", train_wall_seconds=120.0)
+    assert walls == [120.0]
+    assert result.status == "failed" and result.pre_score == 0.25
+    assert result.error is not None
+    assert result.error.startswith(
+        "training failed: timed out after 120s (the training wall, --train-wall-seconds 120:"
+    )
+    assert "give it more" in result.error
 
 
 def test_graceful_stop_leaves_time_to_save_under_the_hard_wall() -> None:

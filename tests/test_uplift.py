@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from run_dirs import write_run_dir as _run_dir
 
 from metatrain.analysis.uplift import (
     UpliftError,
@@ -14,7 +15,6 @@ from metatrain.analysis.uplift import (
     markdown_table,
     uplift_row,
 )
-from metatrain.specs import EpisodeResult
 from metatrain.training.evaluation import interval95
 
 
@@ -34,63 +34,6 @@ def test_difference_interval_from_wilson_intervals() -> None:
     assert 0.3 < lo < 0.625 < hi < 0.8
 
 
-def _run_dir(
-    tmp_path: Path,
-    post: float | None = 0.5,
-    status: str = "succeeded",
-    error: str | None = None,
-    name: str = "run-1",
-) -> Path:
-    run = tmp_path / name
-    (run / "job" / "result").mkdir(parents=True)
-    result = EpisodeResult.model_validate(
-        {
-            "run_id": "run-1",
-            "family": "ledger",
-            "family_version": "1.0.0",
-            "budget": "fast",
-            "agent": "reference",
-            "provider": "local",
-            "model": "smollm2-135m",
-            "validation": {"attempts": 1, "valid": True},
-            "job": {
-                "status": status,
-                "error": error,
-                "pre_score": 0.1,
-                "post_score": post,
-                "best_pre": 0.2,
-                "eval_n": 48,
-                "train_seconds": 61.0,
-                "train_steps": 7,
-                "stopped_at_deadline": True,
-            },
-            "reward": {
-                "total": 0.5,
-                "validation": 1.0,
-                "job_quality": 0.3,
-                "train_speed": 1.0,
-                "weights": {"validation": 0.35, "job_quality": 0.6, "train_speed": 0.05},
-                "outcome": "succeeded",
-                "attempts": 1,
-            },
-            "cost": {},
-            "turns": 3,
-            "wall_seconds": 100.0,
-            "run_dir": str(run),
-        }
-    )
-    (run / "result.json").write_text(result.model_dump_json())
-    models = {
-        "smollm2-135m": {"score": 0.1, "ci95": [0.05, 0.2], "n": 48},
-        "gemma3-270m": {"score": 0.2, "ci95": [0.1, 0.35], "n": 48},
-        "qwen2.5-coder-0.5b": {"score": 0.9, "ci95": [0.8, 0.95], "n": 48},  # in the file, not allowed
-    }
-    (run / "manifest.json").write_text(json.dumps({"baselines": {"models": models}}))
-    job = {"device": "cpu", "train_metrics": {"post_ci95": [0.3, 0.7]}}
-    (run / "job" / "result" / "result.json").write_text(json.dumps(job))
-    return run
-
-
 def test_row_compares_post_with_the_best_untrained_model(tmp_path: Path) -> None:
     row = uplift_row(_run_dir(tmp_path))
     assert (row.best_pre_model, row.best_pre, row.pre, row.post) == ("gemma3-270m", 0.2, 0.1, 0.5)
@@ -98,8 +41,16 @@ def test_row_compares_post_with_the_best_untrained_model(tmp_path: Path) -> None
     assert row.ci95 == pytest.approx((0.05, 0.3 + 0.05**0.5))
     assert row.significant
     table = markdown_table([row])
-    assert "| ledger | 1.0.0 | fast | smollm2-135m | 0.200 (gemma3-270m) |" in table
+    assert "| ledger | 1.0.0 | fast | smollm2-135m | `reference` | 0.200 (gemma3-270m) |" in table
     assert "[+0.050, +0.524] ✓ | 48 | 61 | 7 (wall) | cpu |" in table
+
+
+def test_rows_name_the_ablation_they_ran(tmp_path: Path) -> None:
+    """Ablations of one family side by side are told apart by their ``--agent``."""
+    agent = "reference:train.advantage_scale=batch,env_args.min_hops=2"
+    rows = [uplift_row(_run_dir(tmp_path, name=n, agent=a)) for n, a in (("a", "reference"), ("b", agent))]
+    assert [r.agent for r in rows] == ["reference", agent]
+    assert f"| smollm2-135m | `{agent}` | 0.200" in markdown_table(rows)
 
 
 def test_row_not_significant_when_the_interval_holds_zero(tmp_path: Path) -> None:

@@ -113,6 +113,8 @@ class UpliftRow:
     version: str
     budget: str
     model: str
+    agent: str
+    """The episode's ``--agent``, ablation included (``reference:train.advantage_scale=batch``)."""
     best_pre_model: str
     best_pre: float
     pre: float
@@ -168,6 +170,7 @@ def uplift_row(run_dir: Path) -> UpliftRow:
         version=result.family_version,
         budget=result.budget,
         model=result.model,
+        agent=result.agent,
         best_pre_model=best_model,
         best_pre=best["score"],
         pre=summary.pre_score,
@@ -197,12 +200,13 @@ def paired_cell(change: PairedChange | None, post: float, pre: float) -> str:
 
 def markdown_table(rows: Sequence[UpliftRow]) -> str:
     head = (
-        "| family | version | budget | model | best_pre (model) | pre | post | uplift | 95% interval "
+        "| family | version | budget | model | agent | best_pre (model) | pre | post | uplift | 95% interval "
         "| n | train s | steps | device | post − pre, paired (McNemar) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
-        f"| {r.family} | {r.version} | {r.budget} | {r.model} | {r.best_pre:.3f} ({r.best_pre_model}) "
+        f"| {r.family} | {r.version} | {r.budget} | {r.model} | `{r.agent.replace('|', '/')}` "
+        f"| {r.best_pre:.3f} ({r.best_pre_model}) "
         f"| {r.pre:.3f} | {r.post:.3f} | {r.uplift:+.3f} | [{r.ci95[0]:+.3f}, {r.ci95[1]:+.3f}]"
         f"{' ✓' if r.significant else ''} | {r.eval_n} | {r.train_seconds:.0f} "
         f"| {r.train_steps}{' (wall)' if r.stopped_at_deadline else ''} | {r.device} "

@@ -32,6 +32,12 @@ from metatrain.specs import JobResult, PhaseTiming
 TRAIN_WALL_SECONDS = {"fast": 900.0, "full": 3600.0}
 
 
+_WALL_HINT = (
+    " (the training wall, --train-wall-seconds {wall:g}: it covers loading the model, every step and"
+    " saving the model, and this job reached it before it could stop between steps; give it more)"
+)
+
+
 def graceful_stop_seconds(wall: float) -> float:
     """When training should stop by itself under a ``wall``-second hard limit: early enough to merge
     and save the model (10% of the wall, between 30 and 120 s)."""
@@ -244,7 +250,7 @@ def run_job(
             status="failed",
             pre_score=pre["score"],
             train_seconds=timing.train,
-            error=f"training failed: {res.error}",
+            error=f"training failed: {res.error}" + (_WALL_HINT.format(wall=wall) if res.timed_out else ""),
         )
     summary = res.value
     (train_dir / "summary.json").write_text(json.dumps(summary, indent=2))

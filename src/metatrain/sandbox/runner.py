@@ -65,6 +65,8 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     isolation: dict[str, Any]
+    timed_out: bool = False
+    """The call ran into its policy's wall and was killed."""
 
 
 @functools.cache
@@ -339,4 +341,4 @@ def _result(
     elif not ok:
         error = f"child exited with code {code}"
     value = final.get("value") if ok and final is not None else None
-    return SandboxResult(ok, value, error, code, stdout, stderr, round(wall, 3), isolation)
+    return SandboxResult(ok, value, error, code, stdout, stderr, round(wall, 3), isolation, timed_out)
