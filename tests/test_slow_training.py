@@ -87,6 +87,7 @@ def test_tiny_trl_grpo_run_on_cpu(
     # One prompt's two rollouts: advantages are both zero (equal rewards) or both non-zero.
     skipped = all(s["advantage"] == 0.0 for s in samples)
     assert rows[0]["update_skipped"] is skipped and summary["skipped_updates"] == ([1] if skipped else [])
+    assert rows[0]["groups_with_signal"] == (0.0 if skipped else 1.0)
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)

@@ -40,6 +40,7 @@ def test_steps_without_an_update_are_shaded() -> None:
             "step": [1, 2, 3, 4],
             "reward": [0.0, 0.0, 0.1, 0.0],
             "update_skipped": [True, True, False, True],
+            "groups_with_signal": [0.0, 0.0, 0.25, 0.0],
         }
     )
     assert skipped_steps(metrics) == [1, 2, 4]
@@ -47,4 +48,6 @@ def test_steps_without_an_update_are_shaded() -> None:
     shaded = sorted(round(p.get_x() + p.get_width() / 2) for p in ax.patches)  # one span per step
     assert shaded == [1, 2, 4] and all(p.get_width() == 1.0 for p in ax.patches)
     assert "no update" in ax.get_legend_handles_labels()[1]
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert lines["groups with signal"] == [0.0, 0.0, 0.25, 0.0]
     assert skipped_steps(metrics.drop(columns="update_skipped")) == []  # runs from before the gate

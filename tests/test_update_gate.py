@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from metatrain.training.update_gate import UpdateGate, gate_updates_on_signal, has_signal
+from metatrain.training.update_gate import UpdateGate, gate_updates_on_signal, groups_with_signal, has_signal
 
 
 def test_signal_is_any_nonzero_advantage_and_unknown_counts_as_signal() -> None:
@@ -85,3 +85,37 @@ def test_the_installed_gate_reads_prepared_batches_and_gates_the_trainers_optimi
         trainer.optimizer.step()
         trainer.state.global_step += 1
     assert gate.skipped_steps == skipped
+
+
+def _trl_batch_scaled(rewards: list[list[float]]) -> list[float]:
+    """Advantages as TRL 1.16 computes them under ``scale_rewards="batch"``: reward minus its
+    group's mean, over the whole batch's standard deviation."""
+    flat = torch.tensor(rewards)
+    centred = flat - flat.mean(dim=1, keepdim=True)
+    return (centred / (flat.flatten().std() + 1e-4)).flatten().tolist()
+
+
+def test_groups_with_signal_counts_groups_whatever_the_scaling() -> None:
+    rewards = [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.2, 0.2, 0.2, 0.2], [1.0, 0.0, 0.0, 0.0]]
+    advantages = _trl_batch_scaled(rewards)
+    assert any(a != 0 for a in advantages)  # TRL's batch-level flag: "the batch has spread"
+    assert groups_with_signal(advantages, 4) == 0.5  # two of four groups can teach anything
+    assert groups_with_signal([0.0] * 8, 4) == 0.0
+    assert groups_with_signal([0.0, 0.0, 0.5, -0.5], 2) == 0.5
+    assert groups_with_signal([0.1] * 6, 4) is None  # not whole groups: unknown, not a guess
+    assert groups_with_signal([], 4) is None
+
+
+def test_metrics_rows_carry_the_share_of_groups_with_signal(tmp_path: Any) -> None:
+    import json
+
+    from metatrain.training.trl_backend import _MetricsWriter
+
+    writer = _MetricsWriter(tmp_path / "metrics.jsonl", max_steps=3)
+    writer.write(1, {"loss": 0.0})
+    shares = iter([0.25, None])
+    writer.group_signal = lambda: next(shares)
+    writer.write(2, {"loss": 0.1})
+    writer.write(3, {"loss": 0.2})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("groups_with_signal") for r in rows] == [None, 0.25, None]

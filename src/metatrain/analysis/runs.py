@@ -90,7 +90,7 @@ def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
     """Mean GRPO reward per training step (with its std band where logged), and each rubric
     function's mean (unweighted, dashed): partial credit rising while the answer reward stays flat
     is how a gamed rubric looks. Steps that made no update (``update_skipped``: no reward signal)
-    are shaded grey."""
+    are shaded grey; the share of prompt groups with any signal (``groups_with_signal``) is dotted."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
@@ -108,6 +108,14 @@ def plot_training(metrics: pd.DataFrame, ax: Any = None) -> Any:
         )
     for name in reward_parts(metrics):
         ax.plot(metrics["step"], metrics[f"rewards/{name}/mean"], linestyle="--", label=name)
+    if "groups_with_signal" in metrics:
+        ax.plot(
+            metrics["step"],
+            metrics["groups_with_signal"],
+            linestyle=":",
+            color="grey",
+            label="groups with signal",
+        )
     for i, step in enumerate(skipped_steps(metrics)):
         ax.axvspan(step - 0.5, step + 0.5, color="grey", alpha=0.15, label="no update" if i == 0 else None)
     ax.set_xlabel("training step")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from metatrain.training.environment import (
     user_reward_funcs,
 )
 from metatrain.training.table import lora_config, trl_config_kwargs
-from metatrain.training.update_gate import UpdateGate, gate_updates_on_signal
+from metatrain.training.update_gate import UpdateGate, gate_updates_on_signal, groups_with_signal
 
 
 class RewardFunctionError(RuntimeError):
@@ -82,12 +83,17 @@ class _MetricsWriter:
         self.max_steps = max_steps
         self.t0 = time.monotonic()
         self.gate: UpdateGate | None = None
+        self.group_signal: Callable[[], float | None] | None = None
+        """The latest batch's ``groups_with_signal``, read when a row is written."""
 
     def write(self, step: int, logs: dict[str, Any]) -> None:
         row = {"step": step, "max_steps": self.max_steps, "elapsed": round(time.monotonic() - self.t0, 3)}
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
         if self.gate is not None:
             row["update_skipped"] = self.gate.skipped(step)
+        share = self.group_signal() if self.group_signal is not None else None
+        if share is not None:
+            row["groups_with_signal"] = share
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
 
@@ -215,6 +221,9 @@ def train_job(
     trainer.add_callback(_samples_callback(trainer, out / "samples.jsonl"))
     guard_training_step(trainer, out / "diverged.json")
     gate = writer.gate = gate_updates_on_signal(trainer)
+    writer.group_signal = lambda: groups_with_signal(  # TRL 1.16's latest generation batch, in group order
+        list(trainer._logs["advantages"]), table.rollouts_per_example
+    )
     t_train = time.monotonic()
     trainer.train()
     train_seconds = time.monotonic() - t_train

@@ -12,7 +12,7 @@ zero-advantage rollouts from its batches by default (``orchestrator.post_batch_f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -25,6 +25,20 @@ def has_signal(inputs: Any) -> bool:
     if advantages is None:
         return True
     return bool((advantages != 0).any())
+
+
+def groups_with_signal(advantages: Sequence[float], group_size: int) -> float | None:
+    """The share of prompt groups (``group_size`` consecutive rollouts) holding a non-zero advantage.
+
+    A group whose rollouts all earned the same reward has none under any advantage scaling. TRL's
+    own ``frac_reward_zero_std`` cannot say this under ``scale_rewards="batch"``: it then reads the
+    whole batch's spread (0 at every step with any reward difference; docs/families.md). None when
+    the rollouts do not split into whole groups.
+    """
+    if group_size <= 0 or not advantages or len(advantages) % group_size:
+        return None
+    starts = range(0, len(advantages), group_size)
+    return sum(any(a != 0 for a in advantages[i : i + group_size]) for i in starts) / len(starts)
 
 
 @attrs.define
