@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_MT = """\
+import os
 import sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
@@ -22,7 +23,13 @@ from run_dirs import write_run_dir
 
 args = dict(zip(sys.argv[2::2], sys.argv[3::2]))
 assert sys.argv[1] == "episode", sys.argv
-if "fail" in args["--agent"]:
+with open(os.environ["FAKE_CALLS"], "a") as calls:
+    calls.write(args["--family"] + " " + args["--agent"] + "\\n")
+if args["--family"] in os.environ.get("FAKE_FAIL", "").split():  # the job failed: a run folder, no post
+    runs, agent, family = Path(args["--runs"]), args["--agent"], args["--family"]
+    write_run_dir(runs, post=None, status="failed", error="boom", name="run", agent=agent, family=family)
+    raise SystemExit(1)
+if "fail" in args["--agent"]:  # the episode died before writing anything
     print("boom: the job failed", file=sys.stderr)
     raise SystemExit(3)
 write_run_dir(Path(args["--runs"]), name="run", agent=args["--agent"], family=args["--family"])
@@ -30,7 +37,7 @@ Path(args["--json"]).write_text("{{}}")
 """
 
 
-def run_study(tmp_path: Path, agents: str) -> subprocess.CompletedProcess[str]:
+def run_study(tmp_path: Path, agents: str, **extra: str) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "mt"
     fake.write_text(f"#!{sys.executable}\n" + FAKE_MT.format(tests=str(ROOT / "tests")))
     fake.chmod(0o755)
@@ -43,6 +50,8 @@ def run_study(tmp_path: Path, agents: str) -> subprocess.CompletedProcess[str]:
         "FAMILIES": "calc_chain multi_hop",
         "AGENTS": agents,
         "RUNS": str(tmp_path / "runs"),
+        "FAKE_CALLS": str(tmp_path / "calls.txt"),
+        **extra,
     }
     return subprocess.run(
         ["bash", "scripts/families_study.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -76,3 +85,29 @@ def test_a_failed_episode_fails_the_study_but_keeps_the_rest(tmp_path: Path, age
     assert "boom: the job failed" in (tmp_path / "runs" / f"calc_chain-a{k}.log").read_text()
     rows = [line for line in done.stdout.splitlines() if line.startswith("| calc_chain")]
     assert len(rows) == len(agents.split()) - 1  # the finished ones still make the table
+
+
+def test_resume_keeps_finished_runs_and_reruns_the_rest(tmp_path: Path) -> None:
+    """A study cut short (here: multi_hop's episodes failed) re-runs only what did not finish."""
+    agents = "reference reference:train.lr=1e-4"
+    first = run_study(tmp_path, agents, FAKE_FAIL="multi_hop")
+    assert first.returncode == 1
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    again = run_study(tmp_path, agents, RESUME="1")
+    assert again.returncode == 0, again.stderr
+    assert sorted(calls.read_text().splitlines()) == [
+        "multi_hop reference",
+        "multi_hop reference:train.lr=1e-4",
+    ]
+    assert "calc_chain (reference): already finished in " in again.stdout
+    rows = [line for line in again.stdout.splitlines() if line.startswith(("| calc_chain", "| multi_hop"))]
+    assert len(rows) == 4  # kept and re-run alike; the failed attempts' folders are set aside
+    assert sorted(p.name[: len("multi_hop-a1")] for p in (tmp_path / "runs" / "unfinished").iterdir()) == [
+        "multi_hop-a1",
+        "multi_hop-a2",
+    ]
+    calls.write_text("")
+    swapped = run_study(tmp_path, "reference:train.lr=1e-4 reference", RESUME="1")
+    assert swapped.returncode == 0  # the agents changed places: a folder of another agent is not kept
+    assert len(calls.read_text().splitlines()) == 4

@@ -53,6 +53,18 @@ def test_rows_name_the_ablation_they_ran(tmp_path: Path) -> None:
     assert f"| smollm2-135m | `{agent}` | 0.200" in markdown_table(rows)
 
 
+def test_command_with_agent_counts_only_that_agents_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ablation = "reference:train.lr=1e-4"
+    run = _run_dir(tmp_path, agent=ablation)
+    assert main(["--agent", ablation, str(run / "result.json")]) == 0
+    with pytest.raises(SystemExit) as stop:
+        main(["--agent", "reference", str(run)])
+    assert stop.value.code == 2
+    assert f"ran --agent {ablation!r}, not 'reference'" in capsys.readouterr().err
+
+
 def test_row_not_significant_when_the_interval_holds_zero(tmp_path: Path) -> None:
     row = uplift_row(_run_dir(tmp_path, post=0.25))
     assert row.ci95[0] < 0 < row.ci95[1] and not row.significant

@@ -219,14 +219,22 @@ def markdown_table(rows: Sequence[UpliftRow]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="episode run directories (or their result.json)")
+    parser.add_argument(
+        "--agent", help="only runs of this --agent count; others are left out (a study's resume check)"
+    )
     args = parser.parse_args(argv)
     rows: list[UpliftRow] = []
     left_out: list[str] = []
     for path in args.runs:
         try:
-            rows.append(uplift_row(path.parent if path.name == "result.json" else path))
+            row = uplift_row(path.parent if path.name == "result.json" else path)
         except UpliftError as exc:
             left_out.append(str(exc))
+            continue
+        if args.agent is not None and row.agent != args.agent:
+            left_out.append(f"{path}: ran --agent {row.agent!r}, not {args.agent!r}")
+        else:
+            rows.append(row)
     if not rows:
         parser.exit(2, "".join(f"error: {e}\n" for e in left_out))
     print(markdown_table(rows), end="")
