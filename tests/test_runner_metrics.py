@@ -139,6 +139,37 @@ def test_a_job_killed_at_the_training_wall_says_which_wall_and_what_to_do(
     assert "give it more" in result.error
 
 
+@pytest.mark.parametrize("timeout", [True, False])
+def test_a_failed_prime_rl_run_reads_like_a_trl_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: bool
+) -> None:
+    """The prime-rl backend's outcome carries ``timed_out`` too: its wall gets the same hint, and
+    any other failure none (before, reading the flag off its outcome raised AttributeError)."""
+    from metatrain.training import primerl_backend as prl
+
+    bundle = _bundle_with_fake_evals(tmp_path, monkeypatch)
+    monkeypatch.setattr(prl, "resolve_model_ref", lambda model: "Qwen/Qwen3-0.6B")
+
+    def train(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        if timeout:
+            raise prl.TrainingTimeout(f"prime-rl ran past the {kwargs['wall_seconds']:.0f}s wall budget")
+        raise prl.PrimeRLRunError("`uv run rl` exited with code 1: CUDA out of memory")
+
+    monkeypatch.setattr(prl, "train", train)
+    result = runner_module.run_job(bundle, tmp_path / "result", train_wall_seconds=300.0, backend="prime-rl")
+    assert result.status == "failed" and result.error is not None
+    if timeout:
+        assert result.error.startswith(
+            "training failed: TrainingTimeout: prime-rl ran past the 300s wall budget "
+            "(the training wall, --train-wall-seconds 300:"
+        )
+    else:
+        assert (
+            result.error
+            == "training failed: PrimeRLRunError: `uv run rl` exited with code 1: CUDA out of memory"
+        )
+
+
 def test_graceful_stop_leaves_time_to_save_under_the_hard_wall() -> None:
     assert runner_module.graceful_stop_seconds(900.0) == 810.0
     assert runner_module.graceful_stop_seconds(600.0) == 540.0

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from metatrain.integrity import training_policy
 from metatrain.jobs.bundle import load_bundle
@@ -29,12 +29,16 @@ from metatrain.sandbox import run_sandboxed
 from metatrain.sandbox.linux import die_with_parent
 from metatrain.specs import JobResult, PhaseTiming
 
+if TYPE_CHECKING:
+    from metatrain.sandbox.runner import SandboxResult
+    from metatrain.training.primerl_backend import TrainOutcome
+
 TRAIN_WALL_SECONDS = {"fast": 900.0, "full": 3600.0}
 
 
 _WALL_HINT = (
     " (the training wall, --train-wall-seconds {wall:g}: it covers loading the model, every step and"
-    " saving the model, and this job reached it before it could stop between steps; give it more)"
+    " saving the model, and this job ran into it; give it more)"
 )
 
 
@@ -216,7 +220,7 @@ def run_job(
     wall = train_wall_seconds or TRAIN_WALL_SECONDS.get(manifest.budget, 3600.0)
     with tempfile.TemporaryDirectory(prefix="metatrain-train-") as scratch:
         train_dir.mkdir(parents=True, exist_ok=True)
-        res: Any
+        res: SandboxResult | TrainOutcome
         if backend == "prime-rl":  # the pod is the job's: prime-rl starts vLLM, trainer, env servers
             from metatrain.training.primerl_backend import run_training
 

@@ -633,17 +633,22 @@ class TrainOutcome:
     error: str | None
     stdout: str
     stderr: str
+    timed_out: bool = False
+    """The run went past its wall and was stopped (``TrainingTimeout``)."""
 
 
 def run_training(bundle_dir: Path, out_dir: Path, model_ref: str, *, wall_seconds: float) -> TrainOutcome:
     """``train`` for the runner: never raises; the run's log comes back as ``stdout``."""
+    timed_out = False
     try:
         value = train(bundle_dir, out_dir, model_ref, wall_seconds=wall_seconds)
         ok, error = True, None
     except Exception as exc:
         value, ok, error = None, False, f"{type(exc).__name__}: {exc}"
+        timed_out = isinstance(exc, TrainingTimeout)
     log = Path(out_dir) / "prime-rl" / "rl.log"
-    return TrainOutcome(ok, value, error, log.read_text(errors="replace") if log.exists() else "", "")
+    stdout = log.read_text(errors="replace") if log.exists() else ""
+    return TrainOutcome(ok, value, error, stdout, "", timed_out)
 
 
 def resolve_model_ref(model: str) -> str:
