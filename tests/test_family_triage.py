@@ -31,9 +31,9 @@ from metatrain.protocols import TaskFamily
 from metatrain.specs import Example
 from metatrain.training.environment import to_vf_messages
 from metatrain_families.common import tool_schemas
-from metatrain_families.triage import DIFFICULTY, Triage
+from metatrain_families.triage import DIFFICULTY, UNGUIDED_1_4, Triage
 from metatrain_families.triage.generator import generate_example
-from metatrain_families.triage.tools import TOOLS, minutes
+from metatrain_families.triage.tools import TOOLS, minutes, tools_for
 
 FAMILY = Triage()
 Call = tuple[str, dict[str, Any]]
@@ -88,7 +88,7 @@ GUIDED = [label for label in LEVELS if label.startswith("guided")]
 def test_registered_and_held_out() -> None:
     family = load_plugins().task_family("triage")
     assert isinstance(family, TaskFamily)
-    assert (family.name, family.version, family.held_out) == ("triage", "1.4.0", True)
+    assert (family.name, family.version, family.held_out) == ("triage", "1.5.0", True)
     assert family.task_spec("fast").held_out
     assert family.baselines_path().name == "triage.json"
     with pytest.raises(ValueError):
@@ -123,7 +123,7 @@ def test_scorer_is_exact(budget: str) -> None:
 
 def test_tool_schemas_match_the_implementations() -> None:
     spec = FAMILY.task_spec("full")
-    assert spec.eval.tools == tool_schemas(TOOLS)
+    assert spec.eval.tools == tool_schemas(tools_for("until", incident_ids=False))
     assert_schemas_match(spec.eval.tools, FAMILY.tools_for(spec.dev_examples[0]))
 
 
@@ -147,7 +147,7 @@ def test_tool_errors_are_helpful() -> None:
         tools["get_service"](name="nope")
     with pytest.raises(ValueError, match="HH:MM"):
         tools["list_deploys"](
-            service=FAMILY.task_spec("fast").dev_examples[0].info["question"]["service"], since="2pm"
+            service=FAMILY.task_spec("fast").dev_examples[0].info["question"]["service"], until="2pm"
         )
     with pytest.raises(ValueError, match="list_deploys"):
         tools["get_deploy"](deploy_id="dep-zzzz")
@@ -203,16 +203,19 @@ def test_guided_levels_spell_out_the_steps_and_list_deploys_until_a_time() -> No
             assert all(minutes(r["at"]) <= minutes(started) for r in listed)
             with pytest.raises(ValueError, match=r"list_deploys\(service, until\)"):
                 tools["get_deploy"](deploy_id="INC-1234")
-    shipped = FAMILY.task_spec("full")
-    assert all("lookup" not in ex.info["world"] for ex in shipped.dev_examples)
-    assert shipped.eval.tools == tool_schemas(TOOLS)
+    unguided = LEVELS["1 dependency, deploy/team"].task_spec("full")
+    assert all("lookup" not in ex.info["world"] for ex in unguided.dev_examples)
+    assert unguided.eval.tools == tool_schemas(TOOLS)
 
 
-def test_levels_keep_the_shipped_knobs_unchanged() -> None:
+def test_shipped_knobs_are_the_nearest_level_to_the_band() -> None:
     with pytest.raises(ValueError, match="lookup"):
         attrs.evolve(DIFFICULTY["full"], lookup="before")
-    assert (DIFFICULTY["full"].lookup, DIFFICULTY["full"].guided) == ("since", False)
-    assert DIFFICULTY["full"].incident_ids and DIFFICULTY["fast"].incident_ids
+    nearest = LEVELS["guided, 1 dependency, deploy/team, incidents without ids"]
+    assert DIFFICULTY["full"] == nearest.knobs("full")
+    assert DIFFICULTY["fast"] == attrs.evolve(DIFFICULTY["full"], questions=("deploy",))
+    assert LEVELS["1 dependency, deploy/team"].knobs("full") == UNGUIDED_1_4["full"]
+    assert (UNGUIDED_1_4["full"].lookup, UNGUIDED_1_4["full"].guided) == ("since", False)
 
 
 def test_levels_without_incident_ids_show_the_model_no_incident_id() -> None:
@@ -305,14 +308,14 @@ def test_reference_env_rollout_and_rubric(tmp_path: Path) -> None:
             completion.extend(reply)
             return ast.literal_eval(reply[0].content)  # verifiers shows str(result)
 
-        answer, _ = solve_calls(call, ex.prompt)
+        answer, _ = solve_calls(call, ex.prompt, info["world"]["lookup"])
         assert answer == ex.answer and info == ex.info
         completion.append(vf.AssistantMessage(content=f"<answer>{answer}</answer>"))
         assert module.correct_answer(completion, ex.answer) == 1.0
         assert module.culprit_seen(completion, info) == 1.0
         scan = list(completion)
         for s in info["world"]["services"]:
-            args = json.dumps({"service": s["name"], "since": "00:00"})
+            args = json.dumps({"service": s["name"], "until": "23:59"})
             scan.append(
                 AssistantMessage(
                     content="", tool_calls=[ToolCall(id="s", name="list_deploys", arguments=args)]

@@ -29,15 +29,16 @@ SYSTEM_PROMPT = (
     "services and their dependencies, deploys. When you know the answer, reply with it inside "
     "<answer></answer> tags."
 )
-DIFFICULTY = {
+UNGUIDED_1_4 = {
     "fast": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy",)),
     "full": Difficulty(n_deps=1, n_other=2, earlier=(1, 2), rollback_p=0.0, questions=("deploy", "team")),
 }
+"""Version 1.4.0's knobs (untrained Qwen2.5-Coder-0.5B: 0.000 at n=200); the unguided levels start here."""
 UNGUIDED = {
-    "1 dependency, deploy/team": DIFFICULTY["full"],
-    "1 dependency, deploy": DIFFICULTY["fast"],
-    "no dependency, deploy/team": attrs.evolve(DIFFICULTY["full"], n_deps=0),
-    "no dependency, deploy": attrs.evolve(DIFFICULTY["fast"], n_deps=0),
+    "1 dependency, deploy/team": UNGUIDED_1_4["full"],
+    "1 dependency, deploy": UNGUIDED_1_4["fast"],
+    "no dependency, deploy/team": attrs.evolve(UNGUIDED_1_4["full"], n_deps=0),
+    "no dependency, deploy": attrs.evolve(UNGUIDED_1_4["fast"], n_deps=0),
 }
 LEVELS = {
     "full": {
@@ -59,6 +60,12 @@ as ``since`` on the unguided level, listing the deploys after the culprit; guide
 ``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration). The
 easiest levels also list incidents without ids, so that no incident id can be passed to
 ``get_deploy`` or answered."""
+DIFFICULTY = {
+    "fast": LEVELS["full"]["guided, 1 dependency, deploy, incidents without ids"],
+    "full": LEVELS["full"]["guided, 1 dependency, deploy/team, incidents without ids"],
+}
+"""Since 1.5.0 the level nearest the band: untrained Qwen2.5-Coder-0.5B scored 0.040 at n=200 on its
+calibration draw and 0.030 on 1.5.0's hidden eval (every other level 0.000 to 0.020; docs/families.md)."""
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -101,7 +108,7 @@ class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
-    version: str = "1.4.0"
+    version: str = "1.5.0"
     held_out: bool = True
 
     difficulty = DIFFICULTY
