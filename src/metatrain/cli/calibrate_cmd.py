@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from metatrain.cli.models_or_exit import prepared_model
 from metatrain.conformance.calibration import (
     CALIBRATION_BAND,
     CalibrationReport,
@@ -71,7 +72,6 @@ def calibrate_cmd(
     """Score untrained models on each candidate difficulty level of a family (its hidden-eval draw at
     that level, greedy, as the eval plays) with each level's guess floor, and name the hardest level
     whose best score is in the calibration band. Writes no baselines."""
-    from metatrain.models import prepare_model
     from metatrain.plugins import PluginError, load_plugins
 
     try:
@@ -89,7 +89,7 @@ def calibrate_cmd(
         f"{name} {family.version} {budget}: {len(levels)} level(s) x {len(keys)} model(s) on {device}"
         f"{first}; band {low}-{high}, guess floor < {GUESS_FLOOR_LIMIT}"
     )
-    model_dirs = {key: prepare_model(key) for key in keys}
+    model_dirs = {key: prepared_model(console, key) for key in keys}
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

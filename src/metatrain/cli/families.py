@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from metatrain.cli.display import message_line
+from metatrain.cli.models_or_exit import prepared_model
 
 console = Console()
 
@@ -128,7 +129,6 @@ def transcripts(
     """Play an untrained model on a family's dev examples, as the hidden eval plays, and show the
     conversations: what it calls, what it answers, what the scorer gives. Never the hidden eval."""
     from metatrain.conformance.calibration import family_levels
-    from metatrain.models import prepare_model
     from metatrain.plugins import PluginError, load_plugins
     from metatrain.training.evaluation import eval_dtype, load_model, play, score_rollouts
 
@@ -148,7 +148,7 @@ def transcripts(
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
     examples = list(family.task_spec(budget).dev_examples)[:n]
-    model_dir = Path(key) if Path(key).is_dir() else prepare_model(key)
+    model_dir = Path(key) if Path(key).is_dir() else prepared_model(console, key)
     at = f", level {level!r}" if level is not None else ""
     console.print(f"{name} {budget}{at}: {len(examples)} dev examples, model {key}, {device}")
     t0 = time.monotonic()

