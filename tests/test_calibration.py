@@ -131,7 +131,7 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(cmd, "ModelPlayer", Player)
     monkeypatch.setattr(cmd, "console", Console(width=240))
-    monkeypatch.setattr("metatrain.models.prepare_model", lambda key: tmp_path / key)
+    monkeypatch.setattr("metatrain.models.prepare_model", lambda key, progress=None: tmp_path / key)
     out = tmp_path / "cal.json"
     args = ["calibrate", "dispatch", "--models", "qwen2.5-coder-0.5b", "--limit", "4", "--json", str(out)]
     result = CliRunner().invoke(app, args, terminal_width=200)
