@@ -85,7 +85,7 @@ def test_a_different_secret_makes_baselines_stale(tmp_path: Path, monkeypatch: p
 
 def _write_one(path: Path, model: str, score: float) -> None:
     fam = RelocatedCalcChain(path=path)
-    write_entry(path, fam, "fast", model, entry(score), eval_hash(fam.hidden_eval("fast")), "test")
+    write_entry(path, fam, "fast", model, entry(score), eval_hash(fam.hidden_eval("fast")), f"seed {model}")
 
 
 def test_parallel_seeding_runs_keep_every_model(tmp_path: Path) -> None:
@@ -103,6 +103,8 @@ def test_parallel_seeding_runs_keep_every_model(tmp_path: Path) -> None:
     assert [proc.exitcode for proc in procs] == [0] * len(models)
     got = load_baselines(RelocatedCalcChain(path=path), "fast", models)
     assert {m: got.models[m].score for m in models} == {m: i / 10 for i, m in enumerate(models)}
+    assert {m: got.models[m].command for m in models} == {m: f"seed {m}" for m in models}
+    assert all(got.models[m].created_at is not None for m in models)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
 
 

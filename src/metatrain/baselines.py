@@ -31,6 +31,10 @@ class BaselineEntry(BaseModel):
     ci95: tuple[float, float]
     device: str
     seconds: float
+    command: str | None = None
+    """The command that computed this entry (entries seeded before 2026-12-06 lack it; the file's
+    ``command`` is then the last writer's, and docs/families.md lists the rest)."""
+    created_at: datetime | None = None
 
 
 class BudgetBaselines(BaseModel):
@@ -43,6 +47,7 @@ class BaselinesFile(BaseModel):
     family: str
     version: str
     command: str
+    """The last command that wrote to the file; each entry keeps its own."""
     created_at: datetime
     budgets: dict[str, BudgetBaselines] = Field(default_factory=dict)
 
@@ -125,10 +130,11 @@ def write_entry(
         budget_entry = data.budgets.get(budget)
         if budget_entry is None or budget_entry.eval_hash != eval_hash_:
             budget_entry = BudgetBaselines(eval_hash=eval_hash_, n=result.n)
-        budget_entry.models[model] = result
+        now = datetime.now().astimezone()
+        budget_entry.models[model] = result.model_copy(update={"command": command, "created_at": now})
         data.budgets[budget] = budget_entry
         data.command = command
-        data.created_at = datetime.now().astimezone()
+        data.created_at = now
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(data.model_dump_json(indent=2) + "\n")
         tmp.replace(path)
