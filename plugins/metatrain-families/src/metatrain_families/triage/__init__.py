@@ -11,13 +11,13 @@ import attrs
 from metatrain.specs import Example
 from metatrain_families.common import GeneratedFamily, extract_answer
 from metatrain_families.triage.generator import (
-    ASK,
     CHANGES,
     SERVICES,
     START,
     SYMPTOMS,
     TEAMS,
     Difficulty,
+    asks,
     generate_example,
     replies,
     rule,
@@ -40,16 +40,28 @@ UNGUIDED = {
     "no dependency, deploy/team": attrs.evolve(UNGUIDED_1_4["full"], n_deps=0),
     "no dependency, deploy": attrs.evolve(UNGUIDED_1_4["fast"], n_deps=0),
 }
+_SHIPPED_BY_OWNERS = {
+    **UNGUIDED,
+    **{f"guided, {label}": attrs.evolve(d, lookup="until", guided=True) for label, d in UNGUIDED.items()},
+    **{
+        f"guided, {label}, incidents without ids": attrs.evolve(
+            d, lookup="until", guided=True, incident_ids=False
+        )
+        for label, d in UNGUIDED.items()
+    },
+}
+
+
+def _with_other_shippers(label: str, d: Difficulty) -> dict[str, Difficulty]:
+    """A level asking team questions, preceded by its harder twin whose deploys other teams ship."""
+    if "team" not in d.questions:
+        return {label: d}
+    return {f"{label}, deploys shipped by other teams": attrs.evolve(d, shipper="others"), label: d}
+
+
 LEVELS = {
     "full": {
-        **UNGUIDED,
-        **{f"guided, {label}": attrs.evolve(d, lookup="until", guided=True) for label, d in UNGUIDED.items()},
-        **{
-            f"guided, {label}, incidents without ids": attrs.evolve(
-                d, lookup="until", guided=True, incident_ids=False
-            )
-            for label, d in UNGUIDED.items()
-        },
+        k: v for label, d in _SHIPPED_BY_OWNERS.items() for k, v in _with_other_shippers(label, d).items()
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first: without a dependency the culprit is the
@@ -59,7 +71,8 @@ until)``): on CPU, untrained Qwen2.5-Coder called ``list_deploys`` with the open
 as ``since`` on the unguided level, listing the deploys after the culprit; guided, it made the right
 ``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration). The
 easiest levels also list incidents without ids, so that no incident id can be passed to
-``get_deploy`` or answered."""
+``get_deploy`` or answered. Each level asking team questions has a harder twin whose deploys are
+shipped by teams owning no service (``Difficulty.shipper``): no owner ``get_service`` shows is the answer."""
 DIFFICULTY = {
     "fast": LEVELS["full"]["guided, 1 dependency, deploy, incidents without ids"],
     "full": LEVELS["full"]["guided, 1 dependency, deploy/team, incidents without ids"],
@@ -81,7 +94,8 @@ def _max_turns(d: Difficulty) -> int:
 
 
 def _describe(d: Difficulty) -> str:
-    asks = {"deploy": "the culprit deploy's id", "team": "the team to page (owner of the culprit's service)"}
+    team = "owner of the culprit's service" if d.shipper == "owner" else "the team that shipped the culprit"
+    asked = {"deploy": "the culprit deploy's id", "team": f"the team to page ({team})"}
     notes = " Some deploys were rolled back." if d.rollback_p > 0 else ""
     if d.lookup == "until":
         notes += " list_deploys(service, until) lists deploys at or before a time, most recent first."
@@ -96,7 +110,7 @@ def _describe(d: Difficulty) -> str:
         "incidents (one open on the alerting service, older resolved ones, others elsewhere) and a day of "
         f"deploys, with decoys after the incident, on unrelated services and on indirect dependencies."
         f"{notes} The prompt names the alerting service and states the rule: {rule(d)} "
-        f"The model answers {' or '.join(asks[k] for k in d.questions)}, scored by exact match after "
+        f"The model answers {' or '.join(asked[k] for k in d.questions)}, scored by exact match after "
         "normalisation (case, surrounding spaces/quotes, a 'team' word). Service names come from "
         f"{list(SERVICES)}, teams from {list(TEAMS)}, deploy ids look like dep-1a2b, times are HH:MM; "
         f"symptoms {list(SYMPTOMS)}, changes {list(CHANGES)}."
@@ -127,11 +141,13 @@ class Triage(GeneratedFamily[Difficulty]):
         return _describe(d)
 
     def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
-        return tools_for(d.lookup, d.incident_ids)
+        return tools_for(d.lookup, d.incident_ids, d.shipper)
 
     def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
         world = example.info["world"]
-        return tools_for(world.get("lookup", "since"), world.get("incident_ids", True))
+        return tools_for(
+            world.get("lookup", "since"), world.get("incident_ids", True), world.get("shipper", "owner")
+        )
 
     def max_turns(self, d: Difficulty) -> int:
         return _max_turns(d)
@@ -145,8 +161,8 @@ class Triage(GeneratedFamily[Difficulty]):
             "teams": repr(TEAMS),
             "symptoms": repr(SYMPTOMS),
             "changes": repr(CHANGES),
-            "ask": repr(ASK),
-            "reply": repr(replies(d.incident_ids)),
+            "ask": repr(asks(d.shipper)),
+            "reply": repr(replies(d.incident_ids, d.shipper)),
             "start": repr(START),
             "rule": repr(rule(d)),
             "n_deps": d.n_deps,
@@ -157,6 +173,7 @@ class Triage(GeneratedFamily[Difficulty]):
             "lookup": repr(d.lookup),
             "guided": d.guided,
             "incident_ids": d.incident_ids,
+            "shipper": repr(d.shipper),
         }
 
     def score(self, example: Example, final_text: str) -> float:

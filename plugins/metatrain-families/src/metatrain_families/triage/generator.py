@@ -41,6 +41,14 @@ ASK = {
         "culprit deploy went to, inside <answer></answer> tags."
     ),
 }
+ASK_SHIPPED_BY_OTHERS = {
+    **ASK,
+    "team": (
+        "When you have found it, reply with the team to page, the team that shipped the culprit deploy "
+        "(get_deploy shows it), inside <answer></answer> tags."
+    ),
+}
+"""``ASK`` where deploys are shipped by teams that own no service (``Difficulty.shipper``)."""
 """The answer format without a placeholder: with ``as <answer>DEPLOY_ID</answer>.`` last, Qwen2.5-Coder
 copied the placeholder instead of calling a tool (docs/families.md, calibration). The prompt then
 asks for the first call (``START``)."""
@@ -62,9 +70,20 @@ REPLY_WITHOUT_INCIDENT_IDS = {
 Qwen2.5-Coder answer ``<answer>INC-</answer>`` without a call (3 of 3, CPU)."""
 
 
-def replies(incident_ids: bool) -> dict[str, str]:
+REPLY_TEAM_SHIPPED_BY_OTHERS = (
+    "Reply with the team to page, the team that shipped the culprit deploy, inside <answer></answer> tags."
+)
+
+
+def replies(incident_ids: bool, shipper: str = "owner") -> dict[str, str]:
     """The guided reply step per question kind."""
-    return REPLY if incident_ids else REPLY_WITHOUT_INCIDENT_IDS
+    base = REPLY if incident_ids else REPLY_WITHOUT_INCIDENT_IDS
+    return base if shipper == "owner" else {**base, "team": REPLY_TEAM_SHIPPED_BY_OTHERS}
+
+
+def asks(shipper: str = "owner") -> dict[str, str]:
+    """The unguided question per question kind."""
+    return ASK if shipper == "owner" else ASK_SHIPPED_BY_OTHERS
 
 
 @attrs.frozen
@@ -85,6 +104,12 @@ class Difficulty:
     """Whether ``list_incidents`` shows incident ids. Without them (an easier calibration level) the only
     ids the model sees are deploy ids: with them, untrained Qwen2.5-Coder passed the incident ids to
     ``get_deploy`` and answered one (3 of 3 guided dev examples, CPU; 1 of 3 right without them)."""
+    shipper: str = attrs.field(default="owner", validator=attrs.validators.in_(("owner", "others")))
+    """Who ships a deploy, so whose team a team question asks for. ``"owner"`` (1.0-1.5): the team
+    owning the deploy's service, which ``get_service`` also shows, so with one dependency a team question
+    is a coin flip between two owners seen without finding the deploy (answering the alerting
+    service's owner scores 0.225 on 1.5.0's hidden eval). ``"others"``: each deploy is shipped by a
+    team drawn per deploy from the teams owning no service in the world, shown only by ``get_deploy``."""
 
     @property
     def needed_calls(self) -> int:
@@ -118,7 +143,7 @@ def steps(d: Difficulty, root: str, kind: str) -> str:
     todo.append(pick + (", not rolled back (get_deploy shows rolled_back)." if d.rollback_p > 0 else "."))
     if kind == "team":
         todo.append("Call get_deploy for the culprit: its team is the one to page.")
-    todo.append(replies(d.incident_ids)[kind])
+    todo.append(replies(d.incident_ids, d.shipper)[kind])
     return "Steps:\n" + "\n".join(f"{i}. {line}" for i, line in enumerate(todo, 1))
 
 
@@ -131,7 +156,7 @@ def prompt_for(d: Difficulty, root: str, kind: str) -> str:
         )
     return (
         f"Service {root} is alerting. Triage it with the tools: find its open incident, then the deploy "
-        f"that caused it.\n{rule(d)}\n{ASK[kind]} {START.format(service=root)}"
+        f"that caused it.\n{rule(d)}\n{asks(d.shipper)[kind]} {START.format(service=root)}"
     )
 
 
@@ -188,12 +213,13 @@ def _world(rng: random.Random, d: Difficulty) -> tuple[dict[str, Any], dict[str,
         plan.append((name, _free(rng, start - 4, start, used), False))
         plan.append((name, _free(rng, start - 300, start + 90, used), False))
     deploy_ids = rng.sample(range(0x1000, 0x10000), len(plan))
+    spare = [t for t in TEAMS if t not in teams]
     deploys = [
         {
             "id": f"dep-{deploy_ids[i]:04x}",
             "service": name,
             "at": hhmm(at),
-            "team": owner[name],
+            "team": owner[name] if d.shipper == "owner" else rng.choice(spare),
             "change": rng.choice(CHANGES),
             "rolled_back": rolled_back,
         }
@@ -207,6 +233,8 @@ def _world(rng: random.Random, d: Difficulty) -> tuple[dict[str, Any], dict[str,
         world["lookup"] = d.lookup
     if not d.incident_ids:
         world["incident_ids"] = False
+    if d.shipper != "owner":
+        world["shipper"] = d.shipper
     return world, culprit
 
 

@@ -5,7 +5,9 @@ The world holds lists of records (Arrow-safe): ``services`` ({name, team, depend
 change, rolled_back}); times are ``"HH:MM"`` on one day. Names and ids are matched case-insensitively.
 A world with ``lookup == "until"`` (an easier calibration level) is queried through
 ``list_deploys_until`` instead of ``list_deploys``: same tool name, the window before a time; one with
-``incident_ids`` false through ``list_incidents_without_ids`` (same name, no ``id`` field).
+``incident_ids`` false through ``list_incidents_without_ids`` (same name, no ``id`` field); one with
+``shipper == "others"`` through ``get_deploy_shipped_by_others`` (same record; its docstring says whose
+team it is).
 """
 
 from __future__ import annotations
@@ -130,11 +132,28 @@ def get_deploy(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
     raise ValueError(f"no deploy with id {key!r}; list_deploys(service, {window}) lists a service's deploys")
 
 
+def get_deploy_shipped_by_others(world: dict[str, Any], deploy_id: str) -> dict[str, Any]:
+    """Show one deploy in full.
+
+    Args:
+        deploy_id: The deploy id, e.g. dep-1a2b.
+
+    Returns:
+        id, service, at (HH:MM), team (the team that shipped it), change, and rolled_back (true or false).
+    """
+    return get_deploy(world, deploy_id)
+
+
+named_as(get_deploy_shipped_by_others, "get_deploy")
+
 TOOLS = (list_incidents, get_service, list_deploys, get_deploy)
 
 
-def tools_for(lookup: str = "since", incident_ids: bool = True) -> tuple[Callable[..., Any], ...]:
-    """The eval tools for a level's ``Difficulty.lookup`` and ``Difficulty.incident_ids``."""
+def tools_for(
+    lookup: str = "since", incident_ids: bool = True, shipper: str = "owner"
+) -> tuple[Callable[..., Any], ...]:
+    """The eval tools for a level's ``Difficulty.lookup``, ``incident_ids`` and ``shipper``."""
     incidents = list_incidents if incident_ids else list_incidents_without_ids
     deploys = list_deploys_until if lookup == "until" else list_deploys
-    return (incidents, get_service, deploys, get_deploy)
+    deploy = get_deploy if shipper == "owner" else get_deploy_shipped_by_others
+    return (incidents, get_service, deploys, deploy)
