@@ -211,6 +211,35 @@ def test_built_in_families_guess_floors_are_under_the_limit() -> None:
     assert [(n, r.budget, r.detail) for n, r in results if not r.ok] == []
 
 
+KNOWN_ONE_LOOKUP_SHORTCUTS = {
+    ("triage", "full"): "call get_service with the first prompt word it accepts and answer its 'team'",
+    ("multi_hop", "fast"): "call get_best_friend with the first prompt word it accepts and answer its result",
+}
+"""Open until a version bump re-seeds the baselines (docs/families.md, guess floors): triage 1.5.0's
+team questions are answered by the alerting service's owner (0.225); in multi_hop's small ``fast``
+worlds X's best friend is often the answer's best friend too (0.062). Fixing one fails this test."""
+
+
+def test_one_lookup_floor_finds_the_shortcuts_one_tool_call_opens() -> None:
+    pm = load_plugins()
+    names = ("calc_chain", "multi_hop", "string_pipeline", "ledger", "dispatch", "triage")
+    results = [
+        (n, r)
+        for n in names
+        for r in check_family(pm.task_family(n), ("fast", "full"), ("one-lookup floor",))
+    ]
+    assert len(results) == 12
+    found = {(n, r.budget): r.detail for n, r in results if not r.ok}
+    assert set(found) == set(KNOWN_ONE_LOOKUP_SHORTCUTS)
+    for key, policy in KNOWN_ONE_LOOKUP_SHORTCUTS.items():
+        assert policy in found[key], found[key]
+    assert re.search(r"one tool call answers 0\.2[0-9]+ of the hidden eval", found[("triage", "full")])
+    twin = pm.task_family("triage").calibration_levels("full")[
+        "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
+    ]
+    assert not failed(check_family(twin, ("full",), ("one-lookup floor",)))
+
+
 @pytest.mark.parametrize("name", sorted(PARTIAL_CREDIT))
 def test_full_reference_rollouts_may_run_as_long_as_eval_rollouts(name: str) -> None:
     """The table's ``max_tokens`` caps a whole rollout; the eval gives it to every turn. On an H200 a

@@ -203,7 +203,7 @@ def test_guided_levels_spell_out_the_steps_and_list_deploys_until_a_time() -> No
             assert all(minutes(r["at"]) <= minutes(started) for r in listed)
             with pytest.raises(ValueError, match=r"list_deploys\(service, until\)"):
                 tools["get_deploy"](deploy_id="INC-1234")
-    unguided = LEVELS["1 dependency, deploy/team"].task_spec("full")
+    unguided = LEVELS["1 dependency, deploy"].task_spec("full")
     assert all("lookup" not in ex.info["world"] for ex in unguided.dev_examples)
     assert unguided.eval.tools == tool_schemas(TOOLS)
 
@@ -214,7 +214,8 @@ def test_shipped_knobs_are_the_nearest_level_to_the_band() -> None:
     nearest = LEVELS["guided, 1 dependency, deploy/team, incidents without ids"]
     assert DIFFICULTY["full"] == nearest.knobs("full")
     assert DIFFICULTY["fast"] == attrs.evolve(DIFFICULTY["full"], questions=("deploy",))
-    assert LEVELS["1 dependency, deploy/team"].knobs("full") == UNGUIDED_1_4["full"]
+    unguided = LEVELS["1 dependency, deploy/team, deploys shipped by other teams"].knobs("full")
+    assert attrs.evolve(unguided, shipper="owner") == UNGUIDED_1_4["full"]
     assert (UNGUIDED_1_4["full"].lookup, UNGUIDED_1_4["full"].guided) == ("since", False)
 
 
@@ -234,11 +235,11 @@ def test_teams_that_ship_deploys_own_no_service_so_no_owner_is_the_answer() -> N
     assert len(root_owner) / len(FAMILY.hidden_eval("full")) > 0.15
     twins = [label for label in LEVELS if label.endswith("deploys shipped by other teams")]
     assert len(twins) == 6
+    team_levels = [label for label in LEVELS if "team" in LEVELS[label].knobs("full").questions]
+    assert sorted(team_levels) == sorted([*twins, "guided, 1 dependency, deploy/team, incidents without ids"])
     for label in twins:
         level = LEVELS[label]
-        assert attrs.evolve(level.knobs("full"), shipper="owner") == LEVELS[label.rsplit(", ", 1)[0]].knobs(
-            "full"
-        )
+        assert level.knobs("full").shipper == "others"
         teams = [ex for ex in level.hidden_eval("full")[:60] if ex.info["question"]["kind"] == "team"]
         assert teams
         for ex in teams:
@@ -256,8 +257,8 @@ def solve_root_owner(family: Triage, example: Example) -> str:
 
 
 def test_levels_without_incident_ids_show_the_model_no_incident_id() -> None:
-    unnamed = [label for label in LEVELS if label.endswith("incidents without ids")]
-    assert len(unnamed) == 4
+    unnamed = [label for label in LEVELS if "incidents without ids" in label]
+    assert len(unnamed) == 5
     for label in unnamed:
         level = LEVELS[label]
         spec = level.task_spec("full")
@@ -271,7 +272,7 @@ def test_levels_without_incident_ids_show_the_model_no_incident_id() -> None:
             assert listed and all(set(i) == {"started", "status", "summary"} for i in listed)
             with pytest.raises(TypeError, match=r"^list_deploys\(\) missing"):
                 tools["list_deploys"](until="12:00")  # the name the model calls, not the module's
-    with_ids = LEVELS[unnamed[0].removesuffix(", incidents without ids")]
+    with_ids = LEVELS["guided, 1 dependency, deploy"]
     ex = with_ids.task_spec("full").dev_examples[0]
     tools = {fn.__name__: fn for fn in with_ids.tools_for(ex)}
     listed = tools["list_incidents"](service=ex.info["question"]["service"])

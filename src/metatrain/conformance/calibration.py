@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from metatrain.conformance.checks import measure_guess_floor
+from metatrain.conformance.checks import measure_guess_floor, measure_one_lookup_floor
 from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT
 from metatrain.protocols import LeveledFamily, TaskFamily
 
@@ -52,6 +52,7 @@ class LevelResult(BaseModel):
     """Whether these are the knobs the family's version ships."""
     eval_max_turns: int
     guess_floor: float
+    """The best cheap guess: tool-free, or one tool call's field (the kit's two floors)."""
     guess_policy: str
     scores: tuple[ModelScore, ...]
 
@@ -121,7 +122,9 @@ def calibrate(
             scores[label].append(play_level(label, level, model, limit))
     results = []
     for label, level in levels.items():
-        floor = measure_guess_floor(level, budget)
+        floor = max(
+            measure_guess_floor(level, budget), measure_one_lookup_floor(level, budget), key=lambda f: f.score
+        )
         results.append(
             LevelResult(
                 label=label,

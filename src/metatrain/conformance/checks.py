@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT, GuessFloor, guess_floor
+from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT, GuessFloor, guess_floor, one_lookup_floor
 from metatrain.protocols import TaskFamily
 from metatrain.specs import Example, TaskSpec, parse_job_toml
 from metatrain.training.table import bound_errors
@@ -200,6 +200,23 @@ def check_guess_floor(family: TaskFamily, budget: str) -> str | None:
     return None
 
 
+def measure_one_lookup_floor(family: TaskFamily, budget: str) -> GuessFloor:
+    """The best one-call guesser's score on the hidden eval, fitted on a draw under another secret."""
+    with _secret("conformance-guesser"):
+        train = family.hidden_eval(budget)
+    return one_lookup_floor(family, train, family.hidden_eval(budget))
+
+
+def check_one_lookup_floor(family: TaskFamily, budget: str) -> str | None:
+    floor = measure_one_lookup_floor(family, budget)
+    if floor.score >= GUESS_FLOOR_LIMIT:
+        return (
+            f"one tool call answers {floor.score:.3f} of the hidden eval (limit {GUESS_FLOOR_LIMIT}): "
+            f"{floor.policy}; make the answer need the task's whole chain of lookups"
+        )
+    return None
+
+
 CHECKS: dict[str, Callable[[TaskFamily, str], str | None]] = {
     "determinism": check_determinism,
     "disjoint splits": check_disjoint,
@@ -208,6 +225,7 @@ CHECKS: dict[str, Callable[[TaskFamily, str], str | None]] = {
     "token budget": check_token_budget,
     "eval secrecy": check_secret,
     "guess floor": check_guess_floor,
+    "one-lookup floor": check_one_lookup_floor,
     "reference job validates": check_reference_job,
 }
 

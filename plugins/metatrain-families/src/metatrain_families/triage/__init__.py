@@ -52,11 +52,18 @@ _SHIPPED_BY_OWNERS = {
 }
 
 
+SHIPPED_1_5 = "guided, 1 dependency, deploy/team, incidents without ids"
+"""1.5.0's level: its team questions have the owner shortcut, kept as a level because it ships."""
+
+
 def _with_other_shippers(label: str, d: Difficulty) -> dict[str, Difficulty]:
-    """A level asking team questions, preceded by its harder twin whose deploys other teams ship."""
+    """A level asking team questions becomes its twin whose deploys other teams ship (with deploys
+    shipped by owners one get_service call answers 0.225-0.47 of the eval, so it is no candidate);
+    1.5.0's shipped level stays too, after its twin."""
     if "team" not in d.questions:
         return {label: d}
-    return {f"{label}, deploys shipped by other teams": attrs.evolve(d, shipper="others"), label: d}
+    twin = {f"{label}, deploys shipped by other teams": attrs.evolve(d, shipper="others")}
+    return {**twin, label: d} if label == SHIPPED_1_5 else twin
 
 
 LEVELS = {
@@ -71,11 +78,12 @@ until)``): on CPU, untrained Qwen2.5-Coder called ``list_deploys`` with the open
 as ``since`` on the unguided level, listing the deploys after the culprit; guided, it made the right
 ``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration). The
 easiest levels also list incidents without ids, so that no incident id can be passed to
-``get_deploy`` or answered. Each level asking team questions has a harder twin whose deploys are
-shipped by teams owning no service (``Difficulty.shipper``): no owner ``get_service`` shows is the answer."""
+``get_deploy`` or answered. Levels asking team questions have deploys shipped by teams owning no
+service (``Difficulty.shipper``), so no owner ``get_service`` shows is the answer (the kit's one-lookup
+floor); 1.5.0's shipped level, whose owners ship, is kept after its twin until 1.6.0 adopts the twin."""
 DIFFICULTY = {
     "fast": LEVELS["full"]["guided, 1 dependency, deploy, incidents without ids"],
-    "full": LEVELS["full"]["guided, 1 dependency, deploy/team, incidents without ids"],
+    "full": LEVELS["full"][SHIPPED_1_5],
 }
 """Since 1.5.0 the level nearest the band: untrained Qwen2.5-Coder-0.5B scored 0.040 at n=200 on its
 calibration draw and 0.030 on 1.5.0's hidden eval (every other level 0.000 to 0.020; docs/families.md)."""
