@@ -183,38 +183,47 @@ def check_reference_job(family: TaskFamily, budget: str) -> str | None:
     return None if outcome.report.ok else "; ".join(outcome.report.errors)
 
 
-def measure_guess_floor(family: TaskFamily, budget: str) -> GuessFloor:
-    """The best tool-free guesser's score on the hidden eval, fitted on a draw under another secret."""
+Guesser = Callable[[TaskFamily, list[Example], list[Example]], GuessFloor]
+
+
+def _fitted_elsewhere(guesser: Guesser, family: TaskFamily, budget: str) -> GuessFloor:
+    """``guesser`` fitted on a draw under another secret, scored on the hidden eval."""
     with _secret("conformance-guesser"):
         train = family.hidden_eval(budget)
-    return guess_floor(family, train, family.hidden_eval(budget))
+    return guesser(family, train, family.hidden_eval(budget))
 
 
-def check_guess_floor(family: TaskFamily, budget: str) -> str | None:
-    floor = measure_guess_floor(family, budget)
-    if floor.score >= GUESS_FLOOR_LIMIT:
-        return (
-            f"a tool-free guess scores {floor.score:.3f} on the hidden eval (limit {GUESS_FLOOR_LIMIT}): "
-            f"{floor.policy}; make the answer depend on what only the tools return"
-        )
-    return None
+def measure_guess_floor(family: TaskFamily, budget: str) -> GuessFloor:
+    """The best tool-free guesser's score on the hidden eval."""
+    return _fitted_elsewhere(guess_floor, family, budget)
 
 
 def measure_one_lookup_floor(family: TaskFamily, budget: str) -> GuessFloor:
-    """The best one-call guesser's score on the hidden eval, fitted on a draw under another secret."""
-    with _secret("conformance-guesser"):
-        train = family.hidden_eval(budget)
-    return one_lookup_floor(family, train, family.hidden_eval(budget))
+    """The best one-call guesser's score on the hidden eval."""
+    return _fitted_elsewhere(one_lookup_floor, family, budget)
+
+
+def _over_the_limit(floor: GuessFloor, found: str, fix: str) -> str | None:
+    """The problem when ``floor`` reaches the limit: ``found`` takes the score as ``{score}``."""
+    if floor.score < GUESS_FLOOR_LIMIT:
+        return None
+    return f"{found.format(score=f'{floor.score:.3f}')} (limit {GUESS_FLOOR_LIMIT}): {floor.policy}; {fix}"
+
+
+def check_guess_floor(family: TaskFamily, budget: str) -> str | None:
+    return _over_the_limit(
+        measure_guess_floor(family, budget),
+        "a tool-free guess scores {score} on the hidden eval",
+        "make the answer depend on what only the tools return",
+    )
 
 
 def check_one_lookup_floor(family: TaskFamily, budget: str) -> str | None:
-    floor = measure_one_lookup_floor(family, budget)
-    if floor.score >= GUESS_FLOOR_LIMIT:
-        return (
-            f"one tool call answers {floor.score:.3f} of the hidden eval (limit {GUESS_FLOOR_LIMIT}): "
-            f"{floor.policy}; make the answer need the task's whole chain of lookups"
-        )
-    return None
+    return _over_the_limit(
+        measure_one_lookup_floor(family, budget),
+        "one tool call answers {score} of the hidden eval",
+        "make the answer need the task's whole chain of lookups",
+    )
 
 
 CHECKS: dict[str, Callable[[TaskFamily, str], str | None]] = {
