@@ -211,6 +211,43 @@ def test_built_in_families_guess_floors_are_under_the_limit() -> None:
     assert [(n, r.budget, r.detail) for n, r in results if not r.ok] == []
 
 
+@attrs.frozen
+class Peekable(CalcChain):
+    """calc_chain plus ``peek(word)``: given the chain's start number it returns the answer (one lookup
+    answers everything); any other word is rejected. ``peek`` also counts its calls in the world it
+    shares with the other tools, and reports the answer only on a first call: a guesser whose calls
+    shared state would see the count, not the answer."""
+
+    def tools_for(self, example: Example) -> list[Callable[..., Any]]:
+        tools = super().tools_for(example)
+        start = re.findall(r"-?\d+", example.prompt)[0]
+        calls = {"n": 0}
+
+        def peek(word: str) -> dict[str, Any]:
+            """Peek at the answer."""
+            if word != start:
+                raise ValueError(f"not the start: {word!r}")
+            calls["n"] += 1
+            return {"calls": calls["n"], "answer": example.answer if calls["n"] == 1 else "spent"}
+
+        return [*tools, peek]
+
+
+def test_one_lookup_floor_finds_a_planted_lookup_and_calls_on_fresh_tools() -> None:
+    from metatrain.conformance.guessing import _lookups, one_lookup_floor
+
+    peekable = Peekable()
+    floor = one_lookup_floor(peekable, peekable.dev_examples("full"), peekable.hidden_eval("full"))
+    assert floor.score == 1.0, floor
+    example = peekable.dev_examples("full")[0]
+    seen = _lookups(peekable, example)
+    assert seen[("peek", 0, "calls")] == seen[("peek", -1, "calls")] == "1"  # each call on fresh tools
+    assert seen[("peek", -1, "answer")] == example.answer
+    assert floor.policy == "call peek with the first prompt word it accepts and answer its 'answer'"
+    plain = one_lookup_floor(CalcChain(), CalcChain().dev_examples("full"), CalcChain().hidden_eval("full"))
+    assert plain.score == 0.0
+
+
 KNOWN_ONE_LOOKUP_SHORTCUTS = {
     ("triage", "full"): "call get_service with the first prompt word it accepts and answer its 'team'",
     ("multi_hop", "fast"): "call get_best_friend with the first prompt word it accepts and answer its result",
