@@ -41,6 +41,9 @@ ASK = {
         "culprit deploy went to, inside <answer></answer> tags."
     ),
 }
+"""The answer format without a placeholder: with ``as <answer>DEPLOY_ID</answer>.`` last, Qwen2.5-Coder
+copied the placeholder instead of calling a tool (docs/families.md, calibration). The prompt then
+asks for the first call (``START``)."""
 ASK_SHIPPED_BY_OTHERS = {
     **ASK,
     "team": (
@@ -49,9 +52,6 @@ ASK_SHIPPED_BY_OTHERS = {
     ),
 }
 """``ASK`` where deploys are shipped by teams that own no service (``Difficulty.shipper``)."""
-"""The answer format without a placeholder: with ``as <answer>DEPLOY_ID</answer>.`` last, Qwen2.5-Coder
-copied the placeholder instead of calling a tool (docs/families.md, calibration). The prompt then
-asks for the first call (``START``)."""
 START = "Start now: call list_incidents for {service}."
 REPLY = {
     "deploy": (
