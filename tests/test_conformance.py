@@ -17,6 +17,7 @@ from metatrain.plugins import load_plugins
 from metatrain.protocols import TaskFamily
 from metatrain.specs import Example
 from metatrain_families.calc_chain import DIFFICULTY, CalcChain, generate_example
+from metatrain_families.common import GeneratedFamily
 
 FAST = ("fast",)
 CHEAP = ("determinism", "disjoint splits", "scorer", "tool schemas", "token budget", "eval secrecy")
@@ -248,16 +249,9 @@ def test_one_lookup_floor_finds_a_planted_lookup_and_calls_on_fresh_tools() -> N
     assert plain.score == 0.0
 
 
-KNOWN_ONE_LOOKUP_SHORTCUTS = {
-    ("triage", "full"): "call get_service with the first prompt word it accepts and answer its 'team'",
-    ("multi_hop", "fast"): "call get_best_friend with the first prompt word it accepts and answer its result",
-}
-"""Open until a version bump re-seeds the baselines (docs/families.md, guess floors): triage 1.5.0's
-team questions are answered by the alerting service's owner (0.225); in multi_hop's small ``fast``
-worlds X's best friend is often the answer's best friend too (0.062). Fixing one fails this test."""
-
-
-def test_one_lookup_floor_finds_the_shortcuts_one_tool_call_opens() -> None:
+def test_no_built_in_family_is_answered_by_one_tool_call_and_the_floor_finds_one_that_was() -> None:
+    """Triage 1.5.0 (deploys shipped by their service's owner) was answered 0.225 of its hidden eval by
+    the alerting service's owner; multi_hop 1.3.0's ``fast`` 0.062 by X's manager or best friend."""
     pm = load_plugins()
     names = ("calc_chain", "multi_hop", "string_pipeline", "ledger", "dispatch", "triage")
     results = [
@@ -266,15 +260,15 @@ def test_one_lookup_floor_finds_the_shortcuts_one_tool_call_opens() -> None:
         for r in check_family(pm.task_family(n), ("fast", "full"), ("one-lookup floor",))
     ]
     assert len(results) == 12
-    found = {(n, r.budget): r.detail for n, r in results if not r.ok}
-    assert set(found) == set(KNOWN_ONE_LOOKUP_SHORTCUTS)
-    for key, policy in KNOWN_ONE_LOOKUP_SHORTCUTS.items():
-        assert policy in found[key], found[key]
-    assert re.search(r"one tool call answers 0\.2[0-9]+ of the hidden eval", found[("triage", "full")])
-    twin = pm.task_family("triage").calibration_levels("full")[
-        "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
-    ]
-    assert not failed(check_family(twin, ("full",), ("one-lookup floor",)))
+    assert not [(n, r.budget, r.detail) for n, r in results if not r.ok]
+    triage = pm.task_family("triage")
+    assert isinstance(triage, GeneratedFamily)
+    owners_ship = triage.at_knobs("full", attrs.evolve(triage.knobs("full"), shipper="owner"))
+    (result,) = check_family(owners_ship, ("full",), ("one-lookup floor",))
+    assert not result.ok
+    detail = str(result.detail)
+    assert re.search(r"one tool call answers 0\.2[0-9]+ of the hidden eval", detail), detail
+    assert "call get_service with the first prompt word it accepts and answer its 'team'" in detail
 
 
 @pytest.mark.parametrize("name", sorted(PARTIAL_CREDIT))

@@ -135,12 +135,12 @@ def reference_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_env: Any) -> None:
-    """Only a walk along the path earns credit, most of all one that stops at its end: on an H200 a
-    job whose credit took the path's people in any order among other results learned to look up
+    """Only a walk along the whole path earns credit, most of all one that stops at its end: on an H200
+    a job whose credit took the path's people in any order among other results learned to look up
     10-15 relations a rollout (hop credit 0.91), one whose credit ignored steps past the path's end
-    learned to walk on (5 lookups a rollout, hop credit 0.99, answers right 0.17), and one that paid
-    nothing past the end gave the untrained model, which walks on, almost no reward
-    (docs/families.md)."""
+    learned to walk on (5 lookups a rollout, hop credit 0.99, answers right 0.17), one that paid
+    nothing past the end gave the untrained model, which walks on, almost no reward, and one that
+    paid a short walk learned on an H100 to answer after one lookup (docs/families.md)."""
     env = reference_env
     row = env._example(random.Random(7))
     info, chain = row["info"], row["info"]["chain"]
@@ -154,7 +154,7 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_en
     profile = json.dumps({"age": 30, "job": "baker", "name": chain[0]})
     assert credit(*chain) == 1.0
     assert credit(profile, chain[0], "Lisbon", *chain[1:]) == 1.0  # profiles and cities are not hops
-    assert credit(*chain[:-1]) == pytest.approx((len(chain) - 1) / len(chain))
+    assert len(chain) > 1 and credit(*chain[:-1]) == credit(chain[0]) == 0.0  # stopping short: nothing
     assert credit(others[0], *chain) == 0.0  # a wrong first hop: nothing
     assert credit(chain[0], others[0], *chain[1:]) == 0.0  # a wrong hop midway
     n = len(chain)

@@ -31,7 +31,7 @@ from metatrain.protocols import TaskFamily
 from metatrain.specs import Example
 from metatrain.training.environment import to_vf_messages
 from metatrain_families.common import tool_schemas
-from metatrain_families.triage import DIFFICULTY, UNGUIDED_1_4, Triage
+from metatrain_families.triage import DIFFICULTY, SHIPPED, UNGUIDED_1_4, Triage
 from metatrain_families.triage.generator import generate_example
 from metatrain_families.triage.tools import TOOLS, minutes, tools_for
 
@@ -88,7 +88,7 @@ GUIDED = [label for label in LEVELS if label.startswith("guided")]
 def test_registered_and_held_out() -> None:
     family = load_plugins().task_family("triage")
     assert isinstance(family, TaskFamily)
-    assert (family.name, family.version, family.held_out) == ("triage", "1.5.0", True)
+    assert (family.name, family.version, family.held_out) == ("triage", "1.6.0", True)
     assert family.task_spec("fast").held_out
     assert family.baselines_path().name == "triage.json"
     with pytest.raises(ValueError):
@@ -211,8 +211,9 @@ def test_guided_levels_spell_out_the_steps_and_list_deploys_until_a_time() -> No
 def test_shipped_knobs_are_the_nearest_level_to_the_band() -> None:
     with pytest.raises(ValueError, match="lookup"):
         attrs.evolve(DIFFICULTY["full"], lookup="before")
-    nearest = LEVELS["guided, 1 dependency, deploy/team, incidents without ids"]
-    assert DIFFICULTY["full"] == nearest.knobs("full")
+    assert SHIPPED.endswith("incidents without ids, deploys shipped by other teams")
+    assert DIFFICULTY["full"] == LEVELS[SHIPPED].knobs("full")
+    assert LEVELS[SHIPPED] is FAMILY
     assert DIFFICULTY["fast"] == attrs.evolve(DIFFICULTY["full"], questions=("deploy",))
     unguided = LEVELS["1 dependency, deploy/team, deploys shipped by other teams"].knobs("full")
     assert attrs.evolve(unguided, shipper="owner") == UNGUIDED_1_4["full"]
@@ -228,15 +229,18 @@ def owners_seen(family: Triage, example: Example) -> set[str]:
 
 def test_teams_that_ship_deploys_own_no_service_so_no_owner_is_the_answer() -> None:
     """Answering a team question with the alerting service's owner, without finding the deploy, scored
-    0.225 on 1.5.0's hidden eval (its knobs: deploys shipped by their service's owner). The twin levels
-    close it: the answer is only in get_deploy, and is never a team ``get_service`` shows."""
-    shipped = [ex for ex in FAMILY.hidden_eval("full") if ex.info["question"]["kind"] == "team"]
-    root_owner = [ex for ex in shipped if solve_root_owner(FAMILY, ex) == ex.answer]
-    assert len(root_owner) / len(FAMILY.hidden_eval("full")) > 0.15
+    0.225 on 1.5.0's hidden eval (its knobs: deploys shipped by their service's owner). Since 1.6.0 every
+    level asking team questions has deploys other teams ship: the answer is only in get_deploy, and is
+    never a team ``get_service`` shows."""
+    owners_ship = FAMILY.at_knobs("full", attrs.evolve(DIFFICULTY["full"], shipper="owner"))
+    evals = owners_ship.hidden_eval("full")
+    root_owner = [ex for ex in evals if solve_root_owner(owners_ship, ex) == ex.answer]
+    assert len(root_owner) / len(evals) > 0.15
+    assert not [ex for ex in FAMILY.hidden_eval("full") if solve_root_owner(FAMILY, ex) == ex.answer]
     twins = [label for label in LEVELS if label.endswith("deploys shipped by other teams")]
     assert len(twins) == 6
     team_levels = [label for label in LEVELS if "team" in LEVELS[label].knobs("full").questions]
-    assert sorted(team_levels) == sorted([*twins, "guided, 1 dependency, deploy/team, incidents without ids"])
+    assert sorted(team_levels) == sorted(twins)
     for label in twins:
         level = LEVELS[label]
         assert level.knobs("full").shipper == "others"
@@ -258,7 +262,7 @@ def solve_root_owner(family: Triage, example: Example) -> str:
 
 def test_levels_without_incident_ids_show_the_model_no_incident_id() -> None:
     unnamed = [label for label in LEVELS if "incidents without ids" in label]
-    assert len(unnamed) == 5
+    assert len(unnamed) == 4
     for label in unnamed:
         level = LEVELS[label]
         spec = level.task_spec("full")

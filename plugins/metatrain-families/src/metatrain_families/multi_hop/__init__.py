@@ -24,10 +24,13 @@ LEVELS = {
         "10 people, 2 hops, name/city/job": Difficulty(
             n_people=10, hops=2, attributes=("name", "city", "job")
         ),
+        "10 people, 2 hops, name/city": Difficulty(n_people=10, hops=2, attributes=("name", "city")),
         "8 people, 2 hops, name/city": DIFFICULTY["fast"],
+        "8 people, 2 hops, name": Difficulty(n_people=8, hops=2, attributes=("name",)),
     }
 }
-"""Candidates for ``metatrain calibrate``, hardest first (the 2026-12-03 sweep's levels)."""
+"""Candidates for ``metatrain calibrate``, hardest first: the 2026-12-03 sweep's three levels, and
+since 1.4.0 (where untrained Qwen2.5-Coder-0.5B scored 0.035 on ``full``) two more two-hop ones."""
 MAX_TOKENS = 64
 
 
@@ -41,7 +44,7 @@ class MultiHop(GeneratedFamily[Difficulty]):
     """The multi_hop task family."""
 
     name: str = "multi_hop"
-    version: str = "1.3.0"
+    version: str = "1.4.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY

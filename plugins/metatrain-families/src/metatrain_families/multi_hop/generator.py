@@ -21,7 +21,8 @@ NAMES = _words(
 )
 CITIES = _words(
     "Lisbon Oslo Nairobi Lima Osaka Krakow Quito Dublin Porto Hanoi Tunis Riga Perth Bergen Seville "
-    "Leeds Turin Austin Busan Cusco"
+    "Leeds Turin Austin Busan Cusco Ghent Malmo Tartu Split Varna Cork Graz Lyon Bari Izmir Fukuoka "
+    "Dakar Accra Recife Rosario Hobart Tromso Aarhus Utrecht Bilbao"
 )
 JOBS = _words(
     "baker nurse pilot chemist plumber teacher architect librarian carpenter dentist editor farmer "
@@ -77,11 +78,18 @@ def question(relations: list[str], start: str, attribute: str) -> str:
     return f"Who is {subject}?"
 
 
+def one_lookup_away(person: dict[str, Any]) -> set[str]:
+    """What one lookup on ``person`` shows (city, job, manager, best friend), casefolded."""
+    return {str(v).casefold() for k, v in person.items() if k not in ("name", "age")}
+
+
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
     """One query: the world, the relation path, the people visited and the answer.
 
     The path never visits a person twice: a path back to a person the prompt names (e.g. the best
-    friend of the best friend of Alice being Alice) would make that name a tool-free guess.
+    friend of the best friend of Alice being Alice) would make that name a tool-free guess. Past one
+    hop, the answer is none of the start person's own facts, so one lookup on the name the prompt
+    gives never answers (in 1.3.0's ``fast`` worlds of 8 it answered 0.062 of the eval).
     """
     while True:
         world = make_world(rng, d.n_people)
@@ -93,10 +101,11 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
         for rel in relations:
             person = by_name[person][rel]
             chain.append(person)
-        if len({start, *chain}) == d.hops + 1:
+        attribute = rng.choice(d.attributes)
+        answer = person if attribute == "name" else str(by_name[person][attribute])
+        revisits = len({start, *chain}) < d.hops + 1
+        if not revisits and (d.hops == 1 or answer.casefold() not in one_lookup_away(by_name[start])):
             break
-    attribute = rng.choice(d.attributes)
-    answer = person if attribute == "name" else str(by_name[person][attribute])
     prompt = (
         f"{question(relations, start, attribute)} Look up each step with the tools and reply with "
         "the final answer as <answer>ANSWER</answer>."

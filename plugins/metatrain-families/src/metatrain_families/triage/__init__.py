@@ -52,18 +52,12 @@ _SHIPPED_BY_OWNERS = {
 }
 
 
-SHIPPED_1_5 = "guided, 1 dependency, deploy/team, incidents without ids"
-"""1.5.0's level: its team questions have the owner shortcut, kept as a level because it ships."""
-
-
 def _with_other_shippers(label: str, d: Difficulty) -> dict[str, Difficulty]:
-    """A level asking team questions becomes its twin whose deploys other teams ship (with deploys
-    shipped by owners one get_service call answers 0.225-0.47 of the eval, so it is no candidate);
-    1.5.0's shipped level stays too, after its twin."""
+    """A level asking team questions becomes its twin whose deploys other teams ship: with deploys
+    shipped by owners, one get_service call answered 0.225-0.47 of the eval (1.5.0: 0.225)."""
     if "team" not in d.questions:
         return {label: d}
-    twin = {f"{label}, deploys shipped by other teams": attrs.evolve(d, shipper="others")}
-    return {**twin, label: d} if label == SHIPPED_1_5 else twin
+    return {f"{label}, deploys shipped by other teams": attrs.evolve(d, shipper="others")}
 
 
 LEVELS = {
@@ -80,13 +74,15 @@ as ``since`` on the unguided level, listing the deploys after the culprit; guide
 easiest levels also list incidents without ids, so that no incident id can be passed to
 ``get_deploy`` or answered. Levels asking team questions have deploys shipped by teams owning no
 service (``Difficulty.shipper``), so no owner ``get_service`` shows is the answer (the kit's one-lookup
-floor); 1.5.0's shipped level, whose owners ship, is kept after its twin until 1.6.0 adopts the twin."""
+floor)."""
+SHIPPED = "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
 DIFFICULTY = {
-    "fast": LEVELS["full"]["guided, 1 dependency, deploy, incidents without ids"],
-    "full": LEVELS["full"][SHIPPED_1_5],
+    "fast": attrs.evolve(LEVELS["full"][SHIPPED], questions=("deploy",)),
+    "full": LEVELS["full"][SHIPPED],
 }
-"""Since 1.5.0 the level nearest the band: untrained Qwen2.5-Coder-0.5B scored 0.040 at n=200 on its
-calibration draw and 0.030 on 1.5.0's hidden eval (every other level 0.000 to 0.020; docs/families.md)."""
+"""Since 1.6.0, 1.5.0's level with deploys shipped by other teams. 1.5.0 shipped the level itself:
+untrained Qwen2.5-Coder-0.5B scored 0.030 on its hidden eval, 4 of 6 right answers the alerting
+service's owner, which one ``get_service`` call shows (0.225 of that eval; docs/families.md)."""
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -130,7 +126,7 @@ class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
-    version: str = "1.5.0"
+    version: str = "1.6.0"
     held_out: bool = True
 
     difficulty = DIFFICULTY
