@@ -58,15 +58,12 @@ def test_dev_and_eval_are_disjoint_and_sized(budget: str) -> None:
     assert 64 <= spec.eval.max_tokens <= 128
 
 
-def test_worlds_are_json_and_answers_vary() -> None:
-    hidden = FAMILY.hidden_eval("full")
+@pytest.mark.parametrize(("budget", "asked"), [("fast", {"name", "city"}), ("full", {"name"})])
+def test_worlds_are_json_and_answers_vary(budget: str, asked: set[str]) -> None:
+    hidden = FAMILY.hidden_eval(budget)
     for ex in hidden:
         assert json.loads(json.dumps(ex.info["world"])) == ex.info["world"]
-    assert (
-        {ex.info["query"]["attribute"] for ex in hidden}
-        == set(DIFFICULTY["full"].attributes)
-        == {"name", "city"}
-    )
+    assert {ex.info["query"]["attribute"] for ex in hidden} == set(DIFFICULTY[budget].attributes) == asked
     assert len({ex.answer for ex in hidden}) > 20
 
 
@@ -142,7 +139,7 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_en
     nothing past the end gave the untrained model, which walks on, almost no reward, and one that
     paid a short walk learned on an H100 to answer after one lookup (docs/families.md)."""
     env = reference_env
-    row = env._example(random.Random(7))
+    row = next(r for seed in range(50) if len((r := env._example(random.Random(seed)))["info"]["chain"]) > 1)
     info, chain = row["info"], row["info"]["chain"]
     names = [p["name"] for p in info["world"]["people"]]
     others = [n for n in names if n not in chain]
@@ -154,7 +151,7 @@ def test_reference_hop_credit_pays_a_walk_along_the_path_not_a_scan(reference_en
     profile = json.dumps({"age": 30, "job": "baker", "name": chain[0]})
     assert credit(*chain) == 1.0
     assert credit(profile, chain[0], "Lisbon", *chain[1:]) == 1.0  # profiles and cities are not hops
-    assert len(chain) > 1 and credit(*chain[:-1]) == credit(chain[0]) == 0.0  # stopping short: nothing
+    assert credit(*chain[:-1]) == credit(chain[0]) == 0.0  # stopping short: nothing
     assert credit(others[0], *chain) == 0.0  # a wrong first hop: nothing
     assert credit(chain[0], others[0], *chain[1:]) == 0.0  # a wrong hop midway
     n = len(chain)

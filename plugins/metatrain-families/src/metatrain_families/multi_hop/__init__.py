@@ -16,17 +16,20 @@ SYSTEM_PROMPT = (
 )
 DIFFICULTY = {
     "fast": Difficulty(n_people=8, hops=2, attributes=("name", "city")),
-    "full": Difficulty(n_people=10, hops=3, attributes=("name", "city")),
+    "full": Difficulty(n_people=8, hops=2, attributes=("name",)),
 }
+"""Since 1.5.0 ``full`` is the hardest level ``metatrain calibrate`` put in the band on one H100:
+untrained Qwen2.5-Coder-0.5B 0.070 [0.042, 0.114] on its 1.4.0 draw (n=200), 0.045 on 1.5.0's
+hidden eval; 1.4.0's three hops, name or city, scored 0.035 (docs/families.md)."""
 LEVELS = {
     "full": {
-        "10 people, 3 hops, name/city": DIFFICULTY["full"],
+        "10 people, 3 hops, name/city": Difficulty(n_people=10, hops=3, attributes=("name", "city")),
         "10 people, 2 hops, name/city/job": Difficulty(
             n_people=10, hops=2, attributes=("name", "city", "job")
         ),
         "10 people, 2 hops, name/city": Difficulty(n_people=10, hops=2, attributes=("name", "city")),
         "8 people, 2 hops, name/city": DIFFICULTY["fast"],
-        "8 people, 2 hops, name": Difficulty(n_people=8, hops=2, attributes=("name",)),
+        "8 people, 2 hops, name": DIFFICULTY["full"],
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first: the 2026-12-03 sweep's three levels, and
@@ -44,7 +47,7 @@ class MultiHop(GeneratedFamily[Difficulty]):
     """The multi_hop task family."""
 
     name: str = "multi_hop"
-    version: str = "1.4.0"
+    version: str = "1.5.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY
