@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from family_helpers import (
 
 from metatrain.specs import Example
 from metatrain_families.multi_hop import DIFFICULTY, MultiHop
-from metatrain_families.multi_hop.generator import generate_example
+from metatrain_families.multi_hop.generator import generate_example, one_lookup_away
 from metatrain_families.multi_hop.tools import TOOLS
 
 FAMILY = MultiHop()
@@ -179,6 +180,25 @@ def test_reference_hop_credit_needs_a_real_answer_not_the_placeholder(reference_
     assert credit(f"<answer>{row['answer']}</answer>") == 1.0
     # the right kind of answer, right or wrong, opens the gate
     assert credit("<answer>lisbon</answer>") == credit("<answer>Keiko</answer>") == 1.0
+
+
+@pytest.mark.parametrize("budget", ["fast", "full"])
+def test_no_answer_past_one_hop_is_one_lookup_from_the_start(budget: str, reference_env: Any) -> None:
+    """In 1.3.0's ``fast`` eval one lookup on the prompt's name answered 0.062: the eval and the
+    reference job's training set both redraw such questions, so neither teaches nor rewards it."""
+    hidden = FAMILY.hidden_eval(budget)
+    assert all(len(ex.info["chain"]) == DIFFICULTY[budget].hops > 1 for ex in hidden)
+    for ex in hidden:
+        start = {p["name"]: p for p in ex.info["world"]["people"]}[ex.info["query"]["start"]]
+        assert ex.answer.casefold() not in one_lookup_away(start)
+    rows = [reference_env._example(random.Random(seed)) for seed in range(300)]
+    longer = [row for row in rows if len(row["info"]["chain"]) > 1]
+    assert len(longer) > 100
+    for row in longer:
+        start_name = re.search(r" of (\w+)\?", row["question"])
+        assert start_name, row["question"]
+        start = {p["name"]: p for p in row["info"]["world"]["people"]}[start_name.group(1)]
+        assert row["answer"].casefold() not in one_lookup_away(start)
 
 
 def test_reference_env_min_hops_trains_nearer_the_eval(reference_env: Any) -> None:
