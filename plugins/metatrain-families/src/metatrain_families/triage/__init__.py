@@ -52,19 +52,15 @@ _SHIPPED_BY_OWNERS = {
 }
 
 
-def _with_other_shippers(label: str, d: Difficulty) -> dict[str, Difficulty]:
+def _with_other_shippers(label: str, d: Difficulty) -> tuple[str, Difficulty]:
     """A level asking team questions becomes its twin whose deploys other teams ship: with deploys
     shipped by owners, one get_service call answered 0.225-0.47 of the eval (1.5.0: 0.225)."""
     if "team" not in d.questions:
-        return {label: d}
-    return {f"{label}, deploys shipped by other teams": attrs.evolve(d, shipper="others")}
+        return label, d
+    return f"{label}, deploys shipped by other teams", attrs.evolve(d, shipper="others")
 
 
-LEVELS = {
-    "full": {
-        k: v for label, d in _SHIPPED_BY_OWNERS.items() for k, v in _with_other_shippers(label, d).items()
-    }
-}
+LEVELS = {"full": dict(_with_other_shippers(label, d) for label, d in _SHIPPED_BY_OWNERS.items())}
 """Candidates for ``metatrain calibrate``, hardest first: without a dependency the culprit is the
 alerting service's own last deploy before the incident (two lookups). Guided levels spell the steps
 out in the prompt and list deploys before a time, most recent first (``list_deploys(service,
