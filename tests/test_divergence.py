@@ -1,4 +1,5 @@
-"""The divergence guard stops at the micro-batch that made a gradient non-finite and describes it."""
+"""The divergence guard drops a micro-batch that made a gradient non-finite, describes it, and stops
+when that keeps happening."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from metatrain.training.divergence import (
+    DroppedMicroBatches,
     TrainingDiverged,
     batch_summary,
     guard_training_step,
@@ -48,15 +50,16 @@ def test_nonfinite_grads_names_only_trainable_parameters_with_nan_or_inf() -> No
 
 
 class FakeTrainer:
-    """The two methods the guard wraps; a masked-out infinity gives a finite loss and a NaN grad."""
+    """The two methods the guard wraps, accumulating gradients over micro-batches like HF's Trainer;
+    a masked-out infinity gives a finite loss and a NaN gradient."""
 
-    def __init__(self) -> None:
-        self.state = SimpleNamespace(global_step=1)
+    def __init__(self, batches: list[list[float]]) -> None:
+        self.state = SimpleNamespace(global_step=0)
         self.w = torch.nn.Parameter(torch.ones(3))
         self.model = SimpleNamespace(named_parameters=lambda: [("lora.w", self.w)])
         self.batches = [
-            {"x": torch.tensor([1.0, 2.0, 3.0]), "mask": torch.tensor([[1, 1, 1]])},
-            {"x": torch.tensor([1.0, float("inf"), 3.0]), "mask": torch.tensor([[1, 0, 1]])},
+            {"x": torch.tensor(x), "mask": torch.tensor([[0 if v == float("inf") else 1 for v in x]])}
+            for x in batches
         ]
 
     def _prepare_inputs(self, batch: int) -> dict[str, Any]:
@@ -70,16 +73,61 @@ class FakeTrainer:
         return loss.detach()
 
 
-def test_guard_stops_at_the_micro_batch_with_a_nan_gradient_and_writes_its_summary(tmp_path: Path) -> None:
-    trainer = FakeTrainer()
+BAD = [1.0, float("inf"), 3.0]
+
+
+def test_guard_drops_only_the_micro_batch_with_a_nan_gradient_and_logs_its_summary(tmp_path: Path) -> None:
+    trainer = FakeTrainer([[1.0, 2.0, 3.0], BAD, [10.0, 20.0, 30.0]])
     report = tmp_path / "train" / "diverged.json"
-    guard_training_step(trainer, report)
-    assert float(trainer.training_step(trainer.model, 0, 2)) == 6.0
+    dropped = guard_training_step(trainer, report)
+    assert float(trainer.training_step(trainer.model, 0, 3)) == 6.0
+    assert not report.parent.exists()
+    assert float(trainer.training_step(trainer.model, 1, 3)) == 4.0  # finite: masked out of the forward only
+    assert torch.equal(trainer.w.grad, torch.tensor([1.0, 2.0, 3.0]))  # the first micro-batch's, restored
+    trainer.training_step(trainer.model, 2, 3)
+    assert torch.equal(trainer.w.grad, torch.tensor([11.0, 22.0, 33.0]))  # first + third, the second left out
     assert not report.exists()
-    with pytest.raises(TrainingDiverged, match=r"lora\.w\) after micro-batch 2, during optimizer step 2"):
-        trainer.training_step(trainer.model, 1, 2)
+    lines = (report.parent / "dropped_micro_batches.jsonl").read_text().splitlines()
+    (logged,) = [json.loads(line) for line in lines]
+    assert (logged["micro_batch"], logged["optimizer_step"], logged["first_params"]) == (2, 1, ["lora.w"])
+    assert logged["loss"] == 4.0
+    assert logged["batch"]["x"]["non_finite"] == 1
+    assert logged["batch"]["mask"]["row_sum_min"] == 2.0
+    assert dropped.dropped == [{"optimizer_step": 1, "micro_batch": 2}]
+    assert (dropped.at_step(1), dropped.at_step(2), dropped.consecutive) == (1, 0, 0)
+
+
+def test_a_step_whose_every_micro_batch_is_dropped_leaves_no_gradient_to_step_on(tmp_path: Path) -> None:
+    trainer = FakeTrainer([BAD, BAD])
+    guard_training_step(trainer, tmp_path / "diverged.json")
+    trainer.training_step(trainer.model, 0, 2)
+    trainer.training_step(trainer.model, 1, 2)
+    assert trainer.w.grad is None  # torch's optimizers skip a parameter without a gradient
+
+
+def test_guard_stops_after_too_many_dropped_in_a_row_and_writes_diverged_json(tmp_path: Path) -> None:
+    trainer = FakeTrainer([[1.0, 2.0, 3.0], BAD])
+    report = tmp_path / "diverged.json"
+    guard_training_step(trainer, report, max_consecutive=3)
+    trainer.training_step(trainer.model, 1, 1)
+    trainer.state.global_step = 1
+    trainer.training_step(trainer.model, 1, 1)
+    stop = r"lora\.w\) after micro-batch 3, during optimizer step 2, and 3 micro-batches in a row"
+    with pytest.raises(TrainingDiverged, match=stop):
+        trainer.training_step(trainer.model, 1, 1)
     written = json.loads(report.read_text())
-    assert written["loss"] == 4.0  # finite: the infinity was masked out of the forward pass only
-    assert (written["micro_batch"], written["optimizer_step"], written["first_params"]) == (2, 2, ["lora.w"])
-    assert written["batch"]["x"]["non_finite"] == 1
-    assert written["batch"]["mask"]["row_sum_min"] == 2.0
+    assert written["dropped"] == [
+        {"optimizer_step": 1, "micro_batch": 1},
+        {"optimizer_step": 2, "micro_batch": 2},
+        {"optimizer_step": 2, "micro_batch": 3},
+    ]
+    assert trainer.w.grad is None  # stopped before any update, with nothing non-finite left behind
+
+
+def test_dropped_micro_batches_stop_at_the_total_limit_even_when_apart() -> None:
+    record = DroppedMicroBatches(max_consecutive=3, max_dropped=3)
+    assert record.record(1, 1) is None
+    record.consecutive = 0  # a good micro-batch came between
+    assert record.record(2, 9) is None
+    record.consecutive = 0
+    assert record.record(3, 17) == "3 micro-batches in all"

@@ -136,6 +136,11 @@ def summary_table(result: EpisodeResult) -> Table:
             "train wall time",
             f"{j.train_seconds:.1f} s ({j.train_steps} steps"
             + (f", {j.skipped_updates} without reward signal (no update)" if j.skipped_updates else "")
+            + (
+                f", {j.dropped_micro_batches} micro-batches dropped for a non-finite gradient"
+                if j.dropped_micro_batches
+                else ""
+            )
             + (", stopped before the wall)" if j.stopped_at_deadline else ")"),
         ),
         ("agent tokens in / out", f"{result.cost.tokens_in} / {result.cost.tokens_out}"),

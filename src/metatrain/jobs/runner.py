@@ -296,6 +296,7 @@ def run_job(
             "dataset_size": summary.get("dataset_size"),
             "stopped_at_deadline": bool(summary.get("stopped_at_deadline", False)),
             "skipped_updates": len(summary.get("skipped_updates") or []),
+            "dropped_micro_batches": len(summary.get("dropped_micro_batches") or []),
             "pre_ci95": pre["ci95"],
             "post_ci95": post["ci95"],
             "pre_tool_calls_per_rollout": pre["tool_calls_per_rollout"],

@@ -36,6 +36,9 @@ class JobSummary(BaseModel):
     train_steps: int = 0
     stopped_at_deadline: bool = False
     skipped_updates: int = Field(0, description="Training steps without a non-zero advantage (no update)")
+    dropped_micro_batches: int = Field(
+        0, description="Micro-batches left out of their step's update for a non-finite gradient"
+    )
     error: str | None = None
 
 

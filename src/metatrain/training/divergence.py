@@ -1,11 +1,18 @@
-"""Stopping at the micro-batch whose backward pass made a gradient non-finite, and saying what it held.
+"""Dropping a micro-batch whose backward pass made a gradient non-finite, saying what it held, and
+stopping when that keeps happening.
 
 An H200 ledger job logged a NaN gradient norm at its second step with a finite loss, in bf16 and in
-float32, with SDPA and with eager attention alike. The step-level check (the logged gradient norm)
-says that it happened; this guard says where: after each micro-batch's backward it checks the
-trainable parameters' gradients and, at the first non-finite one, writes the micro-batch's tensors
-in summary (shapes, masks, value ranges, non-finite counts) to ``diverged.json`` and stops before
-the optimizer step, so no weight is ever updated from it.
+float32, with SDPA and with eager attention alike; two H100 multi_hop jobs (2026-12-06) met the same
+at steps 17 and 13, each in one micro-batch of eight rollouts with finite inputs, after their
+training accuracy had risen from 0.02 to 0.14-0.27. The step-level check (the logged gradient norm)
+says that it happened; this guard says where and keeps the run: after each micro-batch's backward it
+checks the trainable parameters' gradients and, at a non-finite one, puts back the gradients as
+they were before that micro-batch (so the step's update comes from the others, as AMP's gradient
+scaler skips an overflowing step), appends the micro-batch in summary (shapes, masks, value ranges,
+non-finite counts) to ``dropped_micro_batches.jsonl``, and counts it. Only when ``max_consecutive``
+micro-batches in a row, or ``max_dropped`` in all, were dropped does it write ``diverged.json`` and
+raise TrainingDiverged, before the optimizer step: no weight is ever updated from a non-finite
+gradient.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 
 class TrainingDiverged(RuntimeError):
@@ -73,12 +82,53 @@ def nonfinite_grads(model: Any) -> list[str]:
     return [n for (n, _), v in zip(named, norms.tolist(), strict=True) if not math.isfinite(v)]
 
 
-def guard_training_step(trainer: Any, report_path: Path) -> None:
-    """Wrap this trainer's ``_prepare_inputs`` and ``training_step`` (on the instance only) so that a
-    micro-batch leaving a non-finite gradient writes ``report_path`` and raises TrainingDiverged."""
+def _grad_snapshot(model: Any) -> list[tuple[Any, Any]]:
+    """Each trainable parameter with a copy of its gradient (None where it has none)."""
+    params = [p for _, p in model.named_parameters() if p.requires_grad]
+    return [(p, None if p.grad is None else p.grad.detach().clone()) for p in params]
+
+
+def _restore(snapshot: list[tuple[Any, Any]]) -> None:
+    for param, grad in snapshot:
+        param.grad = grad
+
+
+@attrs.define
+class DroppedMicroBatches:
+    """The micro-batches a guard dropped, and when it gives up."""
+
+    max_consecutive: int = 4
+    max_dropped: int = 16
+    dropped: list[dict[str, int]] = attrs.field(factory=list)
+    consecutive: int = 0
+
+    def at_step(self, optimizer_step: int) -> int:
+        """How many micro-batches optimizer step ``optimizer_step`` (1-based) lost."""
+        return sum(d["optimizer_step"] == optimizer_step for d in self.dropped)
+
+    def record(self, optimizer_step: int, micro_batch: int) -> str | None:
+        """Count one dropped micro-batch; the reason to stop, or None to go on."""
+        self.dropped.append({"optimizer_step": optimizer_step, "micro_batch": micro_batch})
+        self.consecutive += 1
+        if self.consecutive >= self.max_consecutive:
+            return f"{self.consecutive} micro-batches in a row"
+        if len(self.dropped) >= self.max_dropped:
+            return f"{len(self.dropped)} micro-batches in all"
+        return None
+
+
+def guard_training_step(
+    trainer: Any, report_path: Path, *, max_consecutive: int = 4, max_dropped: int = 16
+) -> DroppedMicroBatches:
+    """Wrap this trainer's ``_prepare_inputs`` and ``training_step`` (on the instance only): a
+    micro-batch leaving a non-finite gradient is dropped (its gradient contribution undone) and
+    appended to ``dropped_micro_batches.jsonl`` beside ``report_path``; past the limits the guard
+    writes ``report_path`` and raises TrainingDiverged instead."""
     prepare, train_step = trainer._prepare_inputs, trainer.training_step
     last: dict[str, Any] = {}
     micro_batches = 0
+    record = DroppedMicroBatches(max_consecutive=max_consecutive, max_dropped=max_dropped)
+    log_path = report_path.parent / "dropped_micro_batches.jsonl"
 
     def prepared(batch: Any) -> Any:
         inputs = prepare(batch)
@@ -87,28 +137,38 @@ def guard_training_step(trainer: Any, report_path: Path) -> None:
 
     def step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal micro_batches
+        before = _grad_snapshot(model)
         loss = train_step(model, inputs, *args, **kwargs)
         micro_batches += 1
         bad = nonfinite_grads(model)
-        if bad:
-            optimizer_step = int(trainer.state.global_step) + 1
-            held = last.get("inputs")
-            report = {
-                "optimizer_step": optimizer_step,
-                "micro_batch": micro_batches,
-                "loss": float(loss.detach().float()) if hasattr(loss, "detach") else loss,
-                "non_finite_params": len(bad),
-                "first_params": bad[:20],
-                "batch": batch_summary(held) if isinstance(held, Mapping) else None,
-            }
-            report_path.parent.mkdir(parents=True, exist_ok=True)
-            report_path.write_text(json.dumps(report, indent=1))
-            raise TrainingDiverged(
-                f"training diverged: non-finite gradient in {len(bad)} parameters (first "
-                f"{bad[0]}) after micro-batch {micro_batches}, during optimizer step {optimizer_step}; "
-                f"stopped before the update; the micro-batch is summarised in {report_path.name}"
-            )
-        return loss
+        if not bad:
+            record.consecutive = 0
+            return loss
+        _restore(before)
+        optimizer_step = int(trainer.state.global_step) + 1
+        held = last.get("inputs")
+        report = {
+            "optimizer_step": optimizer_step,
+            "micro_batch": micro_batches,
+            "loss": float(loss.detach().float()) if hasattr(loss, "detach") else loss,
+            "non_finite_params": len(bad),
+            "first_params": bad[:20],
+            "batch": batch_summary(held) if isinstance(held, Mapping) else None,
+        }
+        report_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a") as fh:
+            fh.write(json.dumps(report) + "\n")
+        stop = record.record(optimizer_step, micro_batches)
+        if stop is None:
+            return loss
+        report["dropped"] = record.dropped
+        report_path.write_text(json.dumps(report, indent=1))
+        raise TrainingDiverged(
+            f"training diverged: non-finite gradient in {len(bad)} parameters (first {bad[0]}) after "
+            f"micro-batch {micro_batches}, during optimizer step {optimizer_step}, and {stop} were dropped "
+            f"for it; stopped before the update; the micro-batches are summarised in {log_path.name}"
+        )
 
     trainer._prepare_inputs = prepared
     trainer.training_step = step
+    return record

@@ -22,7 +22,7 @@ from typing import Any
 
 from metatrain.specs import BundleManifest
 from metatrain.training.dialect import install_parser
-from metatrain.training.divergence import TrainingDiverged, guard_training_step
+from metatrain.training.divergence import DroppedMicroBatches, TrainingDiverged, guard_training_step
 from metatrain.training.environment import (
     RewardFn,
     call_reward,
@@ -83,6 +83,7 @@ class _MetricsWriter:
         self.max_steps = max_steps
         self.t0 = time.monotonic()
         self.gate: UpdateGate | None = None
+        self.dropped: DroppedMicroBatches | None = None
         self.group_signal: Callable[[], float | None] | None = None
         """The latest batch's ``groups_with_signal``, read when a row is written."""
 
@@ -91,6 +92,8 @@ class _MetricsWriter:
         row.update({k: v for k, v in logs.items() if isinstance(v, int | float)})
         if self.gate is not None:
             row["update_skipped"] = self.gate.skipped(step)
+        if self.dropped is not None:
+            row["micro_batches_dropped"] = self.dropped.at_step(step)
         share = self.group_signal() if self.group_signal is not None else None
         if share is not None:
             row["groups_with_signal"] = share
@@ -219,7 +222,7 @@ def train_job(
         turn_max_tokens=manifest.turn_max_tokens,
     )
     trainer.add_callback(_samples_callback(trainer, out / "samples.jsonl"))
-    guard_training_step(trainer, out / "diverged.json")
+    dropped = writer.dropped = guard_training_step(trainer, out / "diverged.json")
     gate = writer.gate = gate_updates_on_signal(trainer)
     writer.group_signal = lambda: groups_with_signal(  # TRL 1.16's latest generation batch, in group order
         list(trainer._logs["advantages"]), table.rollouts_per_example
@@ -245,4 +248,5 @@ def train_job(
         "turn_max_tokens": int(trainer.generation_config.max_new_tokens),
         "trainer_class": type(trainer).__name__,
         "skipped_updates": list(gate.skipped_steps),
+        "dropped_micro_batches": list(dropped.dropped),
     }
