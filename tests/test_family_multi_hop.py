@@ -202,16 +202,17 @@ def test_no_answer_past_one_hop_is_one_lookup_from_the_start(budget: str, refere
 
 
 def test_reference_env_min_hops_trains_nearer_the_eval(reference_env: Any) -> None:
-    """``env_args.min_hops`` drops the shorter questions from the training set; out of range it is
-    refused with the allowed range named, before any dataset is built."""
+    """The training set asks the eval's path length by default; ``env_args.min_hops`` mixes shorter
+    questions back in; out of range it is refused with the allowed range named, before any dataset
+    is built."""
     hops = DIFFICULTY["full"].hops
 
     def path_lengths(**env_args: Any) -> set[int]:
         dataset = reference_env.load_environment(num_examples=40, seed=3, **env_args).dataset
         return {len(info["chain"]) for info in map(reference_env._info, dataset["info"])}
 
-    assert path_lengths() == set(range(1, hops + 1))
-    assert path_lengths(min_hops=hops) == {hops}
+    assert path_lengths() == {hops}
+    assert path_lengths(min_hops=1) == set(range(1, hops + 1))
     for bad in (0, hops + 1, "2", True):
         with pytest.raises(ValueError, match=f"min_hops must be a whole number from 1 to {hops}"):
             reference_env.load_environment(num_examples=4, min_hops=bad)
