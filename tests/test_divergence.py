@@ -16,6 +16,7 @@ from metatrain.training.divergence import (
     TrainingDiverged,
     batch_summary,
     guard_training_step,
+    locate_nan,
     nonfinite_grads,
 )
 
@@ -65,10 +66,13 @@ class FakeTrainer:
     def _prepare_inputs(self, batch: int) -> dict[str, Any]:
         return self.batches[batch]
 
-    def training_step(self, model: Any, batch: int, num_items_in_batch: int | None = None) -> torch.Tensor:
-        inputs = self._prepare_inputs(batch)
+    def compute_loss(self, model: Any, inputs: dict[str, Any], num_items_in_batch: int | None = None) -> Any:
         keep = inputs["mask"][0].bool()
-        loss = torch.where(keep, self.w * inputs["x"], torch.zeros(3)).sum()
+        return torch.where(keep, self.w * inputs["x"], torch.zeros(3)).sum()
+
+    def training_step(self, model: Any, batch: int, num_items_in_batch: int | None = None) -> torch.Tensor:
+        self.steps_taken = getattr(self, "steps_taken", 0) + 1  # TRL's micro-batch counter
+        loss = self.compute_loss(model, self._prepare_inputs(batch), num_items_in_batch)
         loss.backward()
         return loss.detach()
 
@@ -93,6 +97,9 @@ def test_guard_drops_only_the_micro_batch_with_a_nan_gradient_and_logs_its_summa
     assert logged["loss"] == 4.0
     assert logged["batch"]["x"]["non_finite"] == 1
     assert logged["batch"]["mask"]["row_sum_min"] == 2.0
+    assert logged["anomaly"]["error"] == "Function 'MulBackward0' returned nan values in its 0th output."
+    assert "self.w * inputs" in logged["anomaly"]["forward_trace"]  # the forward line that made it
+    assert trainer.steps_taken == 3  # the second pass went around training_step
     assert dropped.dropped == [{"optimizer_step": 1, "micro_batch": 2}]
     assert (dropped.at_step(1), dropped.at_step(2), dropped.consecutive) == (1, 0, 0)
 
@@ -122,6 +129,20 @@ def test_guard_stops_after_too_many_dropped_in_a_row_and_writes_diverged_json(tm
         {"optimizer_step": 2, "micro_batch": 3},
     ]
     assert trainer.w.grad is None  # stopped before any update, with nothing non-finite left behind
+
+
+def test_only_the_first_dropped_micro_batch_is_run_again_under_anomaly_mode(tmp_path: Path) -> None:
+    trainer = FakeTrainer([BAD, BAD])
+    guard_training_step(trainer, tmp_path / "diverged.json")
+    trainer.training_step(trainer.model, 0, 2)
+    trainer.training_step(trainer.model, 1, 2)
+    lines = (tmp_path / "dropped_micro_batches.jsonl").read_text().splitlines()
+    assert ["anomaly" in json.loads(line) for line in lines] == [True, False]
+
+
+def test_locate_nan_says_when_the_pass_comes_out_finite() -> None:
+    w = torch.nn.Parameter(torch.ones(2))
+    assert locate_nan(lambda: (w * 2).sum().backward()) == {"reproduced": False}
 
 
 def test_dropped_micro_batches_stop_at_the_total_limit_even_when_apart() -> None:

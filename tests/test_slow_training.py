@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,16 +31,8 @@ def smollm2() -> Path:
     return prepare_model("smollm2-135m")
 
 
-def train_tiny(
-    model: Path,
-    workspace: Path,
-    spec: TaskSpec,
-    tmp_path: Path,
-    max_steps: int = 1,
-    stop_after_seconds: float | None = None,
-    batch_size: int = 1,
-) -> tuple[dict[str, object], Path]:
-    """GRPO steps of 1 prompt x 2 rollouts x 24 tokens in the training sandbox."""
+def tiny_bundle(workspace: Path, spec: TaskSpec, tmp_path: Path, max_steps: int, batch_size: int) -> Path:
+    """The reference job cut to GRPO steps of ``batch_size`` prompts x 2 rollouts x 24 tokens."""
     job_file = workspace / "job.toml"
     text = job_file.read_text()
     for old, new in (
@@ -49,7 +43,20 @@ def train_tiny(
     ):
         text = text.replace(old, new)
     job_file.write_text(text)
-    bundle = make_bundle(tmp_path / "bundle", workspace, parse_job_toml(text), spec, "j", "r")
+    return make_bundle(tmp_path / "bundle", workspace, parse_job_toml(text), spec, "j", "r")
+
+
+def train_tiny(
+    model: Path,
+    workspace: Path,
+    spec: TaskSpec,
+    tmp_path: Path,
+    max_steps: int = 1,
+    stop_after_seconds: float | None = None,
+    batch_size: int = 1,
+) -> tuple[dict[str, object], Path]:
+    """GRPO steps of 1 prompt x 2 rollouts x 24 tokens in the training sandbox."""
+    bundle = tiny_bundle(workspace, spec, tmp_path, max_steps, batch_size)
     out = tmp_path / "out"
     out.mkdir()
     with tempfile.TemporaryDirectory() as scratch:
@@ -114,6 +121,53 @@ def test_training_stops_at_its_deadline_and_still_saves(
     )
     assert summary["steps"] == 1 and summary["stopped_at_deadline"] is True
     assert (out / "model" / "model.safetensors").exists()
+
+
+def test_a_micro_batch_with_a_nan_gradient_is_dropped_and_located(
+    smollm2: Path,
+    reference_workspace: Path,
+    fast_spec: TaskSpec,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Real TRL, in this process: micro-batch 2 of step 1 gets a finite loss and a NaN gradient (as
+    the GPU runs did); it is dropped, its re-run under anomaly mode names the op, and training goes
+    on with TRL's micro-batch counter in step (two steps, each updating)."""
+    from transformers import AutoModelForCausalLM
+
+    from metatrain.training.trl_backend import train_job
+
+    grad_forwards: list[int] = []
+
+    def nan_in_backward(module: Any, args: Any, output: torch.Tensor) -> torch.Tensor | None:
+        if not torch.is_grad_enabled():  # generation
+            return None
+        grad_forwards.append(1)
+        if len(grad_forwards) in (2, 3):  # micro-batch 2, then its re-run
+            return output + 0 * torch.sqrt(output - output)  # forward unchanged; backward 0/0
+        return None
+
+    load = AutoModelForCausalLM.from_pretrained
+
+    def loaded(*args: Any, **kwargs: Any) -> Any:
+        model = load(*args, **kwargs)
+        model.model.norm.register_forward_hook(nan_in_backward)  # TRL's fused head skips lm_head's forward
+        return model
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", loaded)
+    bundle = tiny_bundle(reference_workspace, fast_spec, tmp_path, max_steps=2, batch_size=2)
+    out = tmp_path / "out"
+    summary = train_job(str(bundle), str(out), str(smollm2), device="cpu")
+    assert summary["steps"] == 2 and len(grad_forwards) == 5
+    assert summary["dropped_micro_batches"] == [{"optimizer_step": 1, "micro_batch": 2}]
+    (logged,) = [json.loads(line) for line in (out / "dropped_micro_batches.jsonl").read_text().splitlines()]
+    assert logged["non_finite_params"] > 0 and logged["batch"]["completion_ids"]["shape"][0] == 2
+    assert "SqrtBackward0" in logged["anomaly"]["error"]
+    assert "torch.sqrt(output - output)" in logged["anomaly"]["forward_trace"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["micro_batches_dropped"] for r in rows] == [1, 0]
+    assert all(math.isfinite(r["grad_norm"]) for r in rows)
+    assert not (out / "diverged.json").exists()
 
 
 def test_hidden_eval_scores_the_base_model(smollm2: Path, calc_chain: TaskFamily) -> None:

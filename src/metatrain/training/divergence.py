@@ -9,7 +9,9 @@ says that it happened; this guard says where and keeps the run: after each micro
 checks the trainable parameters' gradients and, at a non-finite one, puts back the gradients as
 they were before that micro-batch (so the step's update comes from the others, as AMP's gradient
 scaler skips an overflowing step), appends the micro-batch in summary (shapes, masks, value ranges,
-non-finite counts) to ``dropped_micro_batches.jsonl``, and counts it. Only when ``max_consecutive``
+non-finite counts) to ``dropped_micro_batches.jsonl``, and counts it. The first one dropped is
+run once more under autograd's anomaly mode, which names the backward function that first returned
+a NaN and the forward line that made it (``anomaly`` in its log line). Only when ``max_consecutive``
 micro-batches in a row, or ``max_dropped`` in all, were dropped does it write ``diverged.json`` and
 raise TrainingDiverged, before the optimizer step: no weight is ever updated from a non-finite
 gradient.
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +83,30 @@ def nonfinite_grads(model: Any) -> list[str]:
     if bool(torch.isfinite(norms).all()):
         return []
     return [n for (n, _), v in zip(named, norms.tolist(), strict=True) if not math.isfinite(v)]
+
+
+def locate_nan(step: Callable[[], Any]) -> dict[str, Any]:
+    """Run ``step`` (a forward and backward pass) under autograd's anomaly mode: the backward function
+    that first returned a NaN (``error``) and the end of the forward traceback that created it
+    (``forward_trace``), or ``reproduced: False`` when the pass came out finite this time."""
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autograd.detect_anomaly(check_nan=True):
+                step()
+        except RuntimeError as exc:
+            traces = [str(w.message) for w in caught if "Traceback of forward call" in str(w.message)]
+            return {"error": str(exc)[:500], "forward_trace": traces[-1][-3000:] if traces else None}
+    return {"reproduced": False}
+
+
+def _loss_and_backward(trainer: Any, model: Any, inputs: Mapping[str, Any], args: Any, kwargs: Any) -> None:
+    """The forward and backward pass of a prepared micro-batch, without ``training_step``: TRL's
+    picks its micro-batch by a counter that a second call would advance."""
+    num_items = args[0] if args else kwargs.get("num_items_in_batch")
+    trainer.compute_loss(model, inputs, num_items_in_batch=num_items).backward()
 
 
 def _grad_snapshot(model: Any) -> list[tuple[Any, Any]]:
@@ -155,6 +182,9 @@ def guard_training_step(
             "first_params": bad[:20],
             "batch": batch_summary(held) if isinstance(held, Mapping) else None,
         }
+        if not record.dropped and isinstance(held, Mapping):
+            report["anomaly"] = locate_nan(lambda: _loss_and_backward(trainer, model, held, args, kwargs))
+            _restore(before)
         report_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
             fh.write(json.dumps(report) + "\n")
