@@ -45,10 +45,11 @@ def open_incident_start(incidents: list[dict[str, Any]]) -> str:
 
 
 def solve_calls(
-    call: Callable[[str, dict[str, Any]], Any], prompt: str, lookup: str = "since"
+    call: Callable[[str, dict[str, Any]], Any], prompt: str, lookup: str = "since", lean: bool = False
 ) -> tuple[str, list[Call]]:
     """Triage as a competent on-call engineer would, from the prompt and tool results alone;
-    ``lookup`` is the window ``list_deploys`` takes (its schema's parameter)."""
+    ``lookup`` is the window ``list_deploys`` takes (its schema's parameter); ``lean``: only the
+    incident and deploy lists are offered (a level without dependencies)."""
     made: list[Call] = []
 
     def tool(tool_name: str, **args: Any) -> Any:
@@ -59,7 +60,7 @@ def solve_calls(
     assert m
     root = m.group(1) or m.group(2)
     started = open_incident_start(tool("list_incidents", service=root))
-    deps = tool("get_service", name=root)["depends_on"]
+    deps = [] if lean else tool("get_service", name=root)["depends_on"]
     window = {"since": "00:00"} if lookup == "since" else {"until": started}
     candidates = [
         d for s in [root, *deps] for d in tool("list_deploys", service=s, **window)
@@ -77,7 +78,8 @@ def solve_calls(
 def solve(family: Triage, example: Example) -> tuple[str, int]:
     tools: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in family.tools_for(example)}
     lookup = example.info["world"].get("lookup", "since")
-    answer, made = solve_calls(lambda name, args: tools[name](**args), example.prompt, lookup)
+    lean = example.info["world"].get("tools") == "lean"
+    answer, made = solve_calls(lambda name, args: tools[name](**args), example.prompt, lookup, lean)
     return answer, len(made)
 
 
@@ -201,11 +203,31 @@ def test_guided_levels_spell_out_the_steps_and_list_deploys_until_a_time() -> No
                 (minutes(r["at"]) for r in listed), reverse=True
             )
             assert all(minutes(r["at"]) <= minutes(started) for r in listed)
-            with pytest.raises(ValueError, match=r"list_deploys\(service, until\)"):
-                tools["get_deploy"](deploy_id="INC-1234")
+            if "get_deploy" in tools:
+                with pytest.raises(ValueError, match=r"list_deploys\(service, until\)"):
+                    tools["get_deploy"](deploy_id="INC-1234")
     unguided = LEVELS["1 dependency, deploy"].task_spec("full")
     assert all("lookup" not in ex.info["world"] for ex in unguided.dev_examples)
     assert unguided.eval.tools == tool_schemas(TOOLS)
+
+
+def test_the_two_tool_level_offers_the_incident_and_deploy_lists_alone(tmp_path: Path) -> None:
+    """Its eval tool interface, its examples' tools and its reference environment agree; a lean
+    level that would need get_service or get_deploy is refused."""
+    level = LEVELS["guided, no dependency, deploy, incidents without ids, two tools"]
+    spec = level.task_spec("full")
+    assert [t.name for t in spec.eval.tools] == ["list_incidents", "list_deploys"]
+    env = _load_env_module(write_reference_job(level, "full", tmp_path / "ws-lean"))
+    assert [fn.__name__ for fn in env.TOOLS] == ["list_incidents", "list_deploys"]
+    for ex in spec.dev_examples:
+        assert ex.info["world"]["tools"] == "lean"
+        assert [fn.__name__ for fn in level.tools_for(ex)] == ["list_incidents", "list_deploys"]
+        assert "get_service" not in ex.prompt and "get_deploy" not in ex.prompt
+    assert all("tools" not in ex.info["world"] for ex in FAMILY.task_spec("full").dev_examples)
+    d = level.knobs("full")
+    for bad in ({"n_deps": 1}, {"questions": ("deploy", "team")}, {"rollback_p": 0.3}):
+        with pytest.raises(ValueError, match="lean_tools needs no dependency"):
+            attrs.evolve(d, **bad)
 
 
 def test_shipped_knobs_are_the_nearest_level_to_the_band() -> None:
@@ -262,7 +284,7 @@ def solve_root_owner(family: Triage, example: Example) -> str:
 
 def test_levels_without_incident_ids_show_the_model_no_incident_id() -> None:
     unnamed = [label for label in LEVELS if "incidents without ids" in label]
-    assert len(unnamed) == 4
+    assert len(unnamed) == 5
     for label in unnamed:
         level = LEVELS[label]
         spec = level.task_spec("full")

@@ -49,6 +49,9 @@ _SHIPPED_BY_OWNERS = {
         )
         for label, d in UNGUIDED.items()
     },
+    "guided, no dependency, deploy, incidents without ids, two tools": attrs.evolve(
+        UNGUIDED["no dependency, deploy"], lookup="until", guided=True, incident_ids=False, lean_tools=True
+    ),
 }
 
 
@@ -68,7 +71,8 @@ until)``): on CPU, untrained Qwen2.5-Coder called ``list_deploys`` with the open
 as ``since`` on the unguided level, listing the deploys after the culprit; guided, it made the right
 ``until`` call on 3 of 4 draws, but answered an incident id (docs/families.md, calibration). The
 easiest levels also list incidents without ids, so that no incident id can be passed to
-``get_deploy`` or answered. Levels asking team questions have deploys shipped by teams owning no
+``get_deploy`` or answered; the very easiest offers only the two tools its question needs
+(``Difficulty.lean_tools``). Levels asking team questions have deploys shipped by teams owning no
 service (``Difficulty.shipper``), so no owner ``get_service`` shows is the answer (the kit's one-lookup
 floor)."""
 SHIPPED = "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
@@ -103,9 +107,12 @@ def _describe(d: Difficulty) -> str:
         notes += " The prompt spells out the steps (incidents, dependencies, deploys, the pick)."
     if not d.incident_ids:
         notes += " list_incidents shows no incident ids (started, status, summary)."
+    tools = "list_incidents, list_deploys"
+    if not d.lean_tools:
+        tools = "list_incidents, get_service, list_deploys, get_deploy"
     return (
-        "Teach a small model on-call incident triage through read-only tools (list_incidents, get_service, "
-        "list_deploys, get_deploy). Each example's world (info['world']) has "
+        f"Teach a small model on-call incident triage through read-only tools ({tools}). "
+        "Each example's world (info['world']) has "
         f"{1 + d.n_deps + d.n_other} services (the alerting one depends directly on {d.n_deps}), a few "
         "incidents (one open on the alerting service, older resolved ones, others elsewhere) and a day of "
         f"deploys, with decoys after the incident, on unrelated services and on indirect dependencies."
@@ -141,12 +148,15 @@ class Triage(GeneratedFamily[Difficulty]):
         return _describe(d)
 
     def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
-        return tools_for(d.lookup, d.incident_ids, d.shipper)
+        return tools_for(d.lookup, d.incident_ids, d.shipper, d.lean_tools)
 
     def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
         world = example.info["world"]
         return tools_for(
-            world.get("lookup", "since"), world.get("incident_ids", True), world.get("shipper", "owner")
+            world.get("lookup", "since"),
+            world.get("incident_ids", True),
+            world.get("shipper", "owner"),
+            world.get("tools") == "lean",
         )
 
     def max_turns(self, d: Difficulty) -> int:
@@ -174,6 +184,7 @@ class Triage(GeneratedFamily[Difficulty]):
             "guided": d.guided,
             "incident_ids": d.incident_ids,
             "shipper": repr(d.shipper),
+            "lean_tools": d.lean_tools,
         }
 
     def score(self, example: Example, final_text: str) -> float:

@@ -110,6 +110,16 @@ class Difficulty:
     is a coin flip between two owners seen without finding the deploy (answering the alerting
     service's owner scores 0.225 on 1.5.0's hidden eval). ``"others"``: each deploy is shipped by a
     team drawn per deploy from the teams owning no service in the world, shown only by ``get_deploy``."""
+    lean_tools: bool = attrs.field(default=False)
+    """Whether only ``list_incidents`` and ``list_deploys`` are offered, the two a deploy question
+    without a dependency needs (an easier calibration level). With all four, untrained Qwen2.5-Coder
+    called ``get_deploy`` with a time or with its docstring's example id after listing the right
+    deploys, and answered neither (0 of 4 dev examples, CPU); with two it answered 1 of 5."""
+
+    @lean_tools.validator
+    def _lean_fits(self, attribute: Any, value: bool) -> None:
+        if value and (self.n_deps or self.questions != ("deploy",) or self.rollback_p):
+            raise ValueError("lean_tools needs no dependency, no rollbacks and only deploy questions")
 
     @property
     def needed_calls(self) -> int:
@@ -235,6 +245,8 @@ def _world(rng: random.Random, d: Difficulty) -> tuple[dict[str, Any], dict[str,
         world["incident_ids"] = False
     if d.shipper != "owner":
         world["shipper"] = d.shipper
+    if d.lean_tools:
+        world["tools"] = "lean"
     return world, culprit
 
 

@@ -150,10 +150,13 @@ TOOLS = (list_incidents, get_service, list_deploys, get_deploy)
 
 
 def tools_for(
-    lookup: str = "since", incident_ids: bool = True, shipper: str = "owner"
+    lookup: str = "since", incident_ids: bool = True, shipper: str = "owner", lean: bool = False
 ) -> tuple[Callable[..., Any], ...]:
-    """The eval tools for a level's ``Difficulty.lookup``, ``incident_ids`` and ``shipper``."""
+    """The eval tools for a level's ``Difficulty.lookup``, ``incident_ids``, ``shipper`` and
+    ``lean_tools`` (only the incident and deploy lists)."""
     incidents = list_incidents if incident_ids else list_incidents_without_ids
     deploys = list_deploys_until if lookup == "until" else list_deploys
+    if lean:
+        return (incidents, deploys)
     deploy = get_deploy if shipper == "owner" else get_deploy_shipped_by_others
     return (incidents, get_service, deploys, deploy)
