@@ -144,8 +144,9 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
     assert report["command"].startswith("metatrain ") and report["limit"] == 4
     unguided = [0.0, 0.2, 0.0, 0.2]
     without_customer_ids = [0.2, 0.2]  # the guided levels on ticket facts, again without the id
+    one_tool = [0.2]  # the last of those with get_ticket alone
     scores = [lv["scores"][0]["score"] for lv in report["levels"]]
-    assert scores == [*unguided, *unguided, *without_customer_ids]
+    assert scores == [*unguided, *unguided, *without_customer_ids, *one_tool]
 
 
 @pytest.mark.parametrize(

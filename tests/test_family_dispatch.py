@@ -444,3 +444,23 @@ def test_levels_without_customer_ids_show_no_id_to_chase(label: str, tmp_path: P
     assert "customer_id" not in (env.get_ticket.__doc__ or "")
     with pytest.raises(ValueError, match="ticket facts only"):
         attrs.evolve(DIFFICULTY["full"], customer_ids=False)
+
+
+def test_the_one_tool_level_offers_get_ticket_alone(tmp_path: Path) -> None:
+    """Its eval tool interface, its examples' tools and its reference environment agree; a lean level
+    whose rules could need a customer is refused."""
+    d = LEVELS["full"]["guided, 2 tickets, 4 rules on ticket facts, tickets without customer ids, one tool"]
+    family = Dispatch().at_knobs("full", d)
+    assert [t.name for t in family.task_spec("full").eval.tools] == ["get_ticket"]
+    for seed in range(20):
+        ex = generate_example(random.Random(seed), d, "x")
+        assert ex.info["world"]["tools"] == "lean"
+        assert [fn.__name__ for fn in family.tools_for(ex)] == ["get_ticket"]
+        assert "get_customer" not in ex.prompt and "get_sla" not in ex.prompt
+        assert solve(ex) == (ex.answer, len(ex.info["ticket_ids"]))
+    assert all("tools" not in ex.info["world"] for ex in FAMILY.task_spec("full").dev_examples)
+    env = _rendered_env(tmp_path, d, "lean")
+    _mirrors(env, d)
+    assert [fn.__name__ for fn in env.TOOLS] == ["get_ticket"]
+    with pytest.raises(ValueError, match="lean_tools needs customer_ids=False"):
+        attrs.evolve(d, customer_ids=True, customer_rules=False)

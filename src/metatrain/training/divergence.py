@@ -171,7 +171,6 @@ def guard_training_step(
         if not bad:
             record.consecutive = 0
             return loss
-        _restore(before)
         optimizer_step = int(trainer.state.global_step) + 1
         held = last.get("inputs")
         report = {
@@ -184,7 +183,7 @@ def guard_training_step(
         }
         if not record.dropped and isinstance(held, Mapping):
             report["anomaly"] = locate_nan(lambda: _loss_and_backward(trainer, model, held, args, kwargs))
-            _restore(before)
+        _restore(before)  # after the re-run, whose backward adds to the gradients it finds
         report_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
             fh.write(json.dumps(report) + "\n")

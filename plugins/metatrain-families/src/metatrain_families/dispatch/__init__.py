@@ -41,13 +41,16 @@ LEVELS = {
             for label, d in UNGUIDED.items()
             if not d.customer_rules
         },
+        "guided, 2 tickets, 4 rules on ticket facts, tickets without customer ids, one tool": attrs.evolve(
+            UNGUIDED["2 tickets, 4 rules on ticket facts"], guided=True, customer_ids=False, lean_tools=True
+        ),
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first. Every embedded model scores 0 at the
 current level (the calibration notes in docs/families.md); rules on ticket facts alone need one
 lookup a ticket, and two tickets with four rules keep a blind guess near 1/25. Guided levels spell
 out the steps, one per ticket, before the first call; without customer ids no ticket record holds an id
-to chase."""
+to chase; the easiest offers ``get_ticket`` alone (``Difficulty.lean_tools``)."""
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
 
@@ -87,7 +90,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             "get_ticket gives the customer id, get_customer the tier"
             if d.customer_ids
             else "get_ticket gives the ticket's facts; tickets show no customer id"
-        )
+        ) + ("; get_ticket is the only tool" if d.lean_tools else "")
         return (
             f"Teach a small model to route support tickets to queues. Each prompt names {d.n_route} "
             f"ticket ids and lists {d.n_rules} routing rules checked in order (first match wins) plus a "
@@ -105,10 +108,11 @@ class Dispatch(GeneratedFamily[Difficulty]):
         )
 
     def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
-        return tools_for(d.customer_ids)
+        return tools_for(d.customer_ids, d.lean_tools)
 
     def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
-        return tools_for(example.info["world"].get("customer_ids", True))
+        world = example.info["world"]
+        return tools_for(world.get("customer_ids", True), world.get("tools") == "lean")
 
     def max_turns(self, d: Difficulty) -> int:
         return d.max_lookups + 2
@@ -126,6 +130,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             "customer_rules": d.customer_rules,
             "guided": d.guided,
             "customer_ids": d.customer_ids,
+            "lean_tools": d.lean_tools,
         }
 
     def score(self, example: Example, final_text: str) -> float:

@@ -83,6 +83,10 @@ class Difficulty:
     facts only) no record holds an id to chase, and the guided reply step names no ticket id: with
     them, untrained Qwen2.5-Coder fetched the customer ids through ``get_ticket`` and answered the
     ticket ids (3 of 3 guided dev examples, CPU)."""
+    lean_tools: bool = False
+    """Whether ``get_ticket`` is the only tool offered, the one that rules on ticket facts need (an
+    easier calibration level): with ``get_customer`` and ``get_sla`` beside it, untrained
+    Qwen2.5-Coder looped on ``get_customer`` (docs/families.md, calibration)."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.n_route <= self.n_tickets:
@@ -93,6 +97,8 @@ class Difficulty:
             raise ValueError(f"max_clauses must be at least 1, got {self.max_clauses}")
         if not self.customer_ids and (self.customer_rules or self.use_sla):
             raise ValueError("customer_ids=False needs rules on ticket facts only (no customer rules or SLA)")
+        if self.lean_tools and self.customer_ids:
+            raise ValueError("lean_tools needs customer_ids=False (rules on ticket facts only)")
 
     @property
     def lookups_per_ticket(self) -> int:
@@ -239,6 +245,8 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
     world: dict[str, Any] = {"tickets": tickets, "customers": customers, "slas": slas}
     if not d.customer_ids:
         world["customer_ids"] = False
+    if d.lean_tools:
+        world["tools"] = "lean"
     answers, matches, lookups = [], [], []
     for i, target in zip(routed, targets, strict=True):
         sla = next(s for s in slas if s["tier"] == customers[i]["tier"])

@@ -76,6 +76,8 @@ named_as(get_ticket_without_customer, "get_ticket")
 TOOLS = (get_ticket, get_customer, get_sla)
 
 
-def tools_for(customer_ids: bool = True) -> tuple[Callable[..., Any], ...]:
-    """The eval tools for a level's ``Difficulty.customer_ids``."""
+def tools_for(customer_ids: bool = True, lean: bool = False) -> tuple[Callable[..., Any], ...]:
+    """The eval tools for a level's ``Difficulty.customer_ids`` and ``lean_tools`` (``get_ticket`` alone)."""
+    if lean:
+        return (get_ticket_without_customer,)
     return (get_ticket if customer_ids else get_ticket_without_customer, get_customer, get_sla)
