@@ -149,6 +149,11 @@ def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() ->
     assert _job_summary(stopped, 0.1).stopped_at_deadline is True
     quiet = stopped.model_copy(update={"train_metrics": {"stopped_at_deadline": True, "skipped_updates": 3}})
     assert _job_summary(quiet, 0.1).skipped_updates == 3 and _job_summary(stopped, 0.1).skipped_updates == 0
+    nan = stopped.model_copy(update={"train_metrics": {"dropped_micro_batches": 2}})
+    assert (
+        _job_summary(nan, 0.1).dropped_micro_batches == 2
+        and _job_summary(stopped, 0.1).dropped_micro_batches == 0
+    )
 
     from metatrain.protocols import RewardInputs
     from metatrain.specs.episode import CostSummary
@@ -173,6 +178,7 @@ def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() ->
             _job_summary(quiet, 0.1),
             "14 steps, 3 without reward signal (no update), stopped before the wall)",
         ),
+        (_job_summary(nan, 0.1), "14 steps, 2 micro-batches dropped for a non-finite gradient)"),
     ):
         result = EpisodeResult(
             run_id="r",
