@@ -84,9 +84,10 @@ class Difficulty:
     them, untrained Qwen2.5-Coder fetched the customer ids through ``get_ticket`` and answered the
     ticket ids (3 of 3 guided dev examples, CPU)."""
     lean_tools: bool = False
-    """Whether ``get_ticket`` is the only tool offered, the one that rules on ticket facts need (an
-    easier calibration level): with ``get_customer`` and ``get_sla`` beside it, untrained
-    Qwen2.5-Coder looped on ``get_customer`` (docs/families.md, calibration)."""
+    """Whether ``get_ticket`` is the only tool offered, the one that rules on ticket facts need (a
+    calibration level): with ``get_customer`` and ``get_sla`` beside it, untrained Qwen2.5-Coder
+    looped on ``get_customer``; offered ``get_ticket`` alone it called no tool at all (12 draws,
+    CPU; docs/families.md, calibration)."""
 
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.n_route <= self.n_tickets:
