@@ -148,7 +148,7 @@ def test_locate_nan_says_when_the_pass_comes_out_finite() -> None:
 def test_dropped_micro_batches_stop_at_the_total_limit_even_when_apart() -> None:
     record = DroppedMicroBatches(max_consecutive=3, max_dropped=3)
     assert record.record(1, 1) is None
-    record.consecutive = 0  # a good micro-batch came between
+    record.kept()  # a good micro-batch came between
     assert record.record(2, 9) is None
-    record.consecutive = 0
+    record.kept()
     assert record.record(3, 17) == "3 micro-batches in all"

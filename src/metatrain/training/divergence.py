@@ -6,15 +6,15 @@ float32, with SDPA and with eager attention alike; two H100 multi_hop jobs (2026
 at steps 17 and 13, each in one micro-batch of eight rollouts with finite inputs, after their
 training accuracy had risen from 0.02 to 0.14-0.27. The step-level check (the logged gradient norm)
 says that it happened; this guard says where and keeps the run: after each micro-batch's backward it
-checks the trainable parameters' gradients and, at a non-finite one, puts back the gradients as
-they were before that micro-batch (so the step's update comes from the others, as AMP's gradient
-scaler skips an overflowing step), appends the micro-batch in summary (shapes, masks, value ranges,
-non-finite counts) to ``dropped_micro_batches.jsonl``, and counts it. The first one dropped is
-run once more under autograd's anomaly mode, which names the backward function that first returned
-a NaN and the forward line that made it (``anomaly`` in its log line). Only when ``max_consecutive``
-micro-batches in a row, or ``max_dropped`` in all, were dropped does it write ``diverged.json`` and
-raise TrainingDiverged, before the optimizer step: no weight is ever updated from a non-finite
-gradient.
+checks the gradients that micro-batch alone made (the step's earlier ones are set aside while it
+runs, then added back) and, at a non-finite one, puts back the step's earlier gradients without it
+(so the step's update comes from the others, as AMP's gradient scaler skips an overflowing step),
+appends the micro-batch in summary (shapes, masks, value ranges, non-finite counts) to
+``dropped_micro_batches.jsonl``, and counts it. The first one dropped is run once more under
+autograd's anomaly mode, which names the backward function that first returned a NaN and the forward
+line that made it (``anomaly`` in its log line). Only when ``max_consecutive`` micro-batches in a
+row, or ``max_dropped`` in all, were dropped does it write ``diverged.json`` and raise
+TrainingDiverged, before the optimizer step: no weight is ever updated from a non-finite gradient.
 """
 
 from __future__ import annotations
@@ -109,14 +109,29 @@ def _loss_and_backward(trainer: Any, model: Any, inputs: Mapping[str, Any], args
     trainer.compute_loss(model, inputs, num_items_in_batch=num_items).backward()
 
 
-def _grad_snapshot(model: Any) -> list[tuple[Any, Any]]:
-    """Each trainable parameter with a copy of its gradient (None where it has none)."""
-    params = [p for _, p in model.named_parameters() if p.requires_grad]
-    return [(p, None if p.grad is None else p.grad.detach().clone()) for p in params]
+def _set_aside(model: Any) -> list[tuple[Any, Any]]:
+    """Each trainable parameter with its gradient so far (None where it has none), taken off it: the
+    next backward pass then writes that micro-batch's gradient alone, with no copy made."""
+    aside = [(p, p.grad) for _, p in model.named_parameters() if p.requires_grad]
+    for param, _ in aside:
+        param.grad = None
+    return aside
 
 
-def _restore(snapshot: list[tuple[Any, Any]]) -> None:
-    for param, grad in snapshot:
+def _add_back(aside: list[tuple[Any, Any]]) -> None:
+    """Accumulate the set-aside gradients into the current ones, as autograd would have."""
+    for param, grad in aside:
+        if grad is None:
+            continue
+        if param.grad is None:
+            param.grad = grad
+        else:
+            param.grad.add_(grad)
+
+
+def _put_back(aside: list[tuple[Any, Any]]) -> None:
+    """Drop the current gradients for the set-aside ones."""
+    for param, grad in aside:
         param.grad = grad
 
 
@@ -132,6 +147,10 @@ class DroppedMicroBatches:
     def at_step(self, optimizer_step: int) -> int:
         """How many micro-batches optimizer step ``optimizer_step`` (1-based) lost."""
         return sum(d["optimizer_step"] == optimizer_step for d in self.dropped)
+
+    def kept(self) -> None:
+        """A micro-batch came through finite: the run of drops in a row ends."""
+        self.consecutive = 0
 
     def record(self, optimizer_step: int, micro_batch: int) -> str | None:
         """Count one dropped micro-batch; the reason to stop, or None to go on."""
@@ -164,12 +183,13 @@ def guard_training_step(
 
     def step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal micro_batches
-        before = _grad_snapshot(model)
+        aside = _set_aside(model)
         loss = train_step(model, inputs, *args, **kwargs)
         micro_batches += 1
         bad = nonfinite_grads(model)
         if not bad:
-            record.consecutive = 0
+            _add_back(aside)
+            record.kept()
             return loss
         optimizer_step = int(trainer.state.global_step) + 1
         held = last.get("inputs")
@@ -183,7 +203,7 @@ def guard_training_step(
         }
         if not record.dropped and isinstance(held, Mapping):
             report["anomaly"] = locate_nan(lambda: _loss_and_backward(trainer, model, held, args, kwargs))
-        _restore(before)  # after the re-run, whose backward adds to the gradients it finds
+        _put_back(aside)  # after the re-run, whose backward adds to the gradients it finds
         report_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as fh:
             fh.write(json.dumps(report) + "\n")
