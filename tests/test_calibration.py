@@ -124,6 +124,7 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
         def __init__(self, budget: str, device: str, model_dirs: dict[str, Path], *rest: object) -> None:
             self.on_start, self.on_progress = rest[1], rest[2]
             assert (budget, device, list(model_dirs)) == ("full", "cpu", ["qwen2.5-coder-0.5b"])
+            assert rest[3] == "bfloat16"  # --dtype reaches the player
 
         def __call__(self, label: str, level: TaskFamily, model: str, limit: int | None) -> ModelScore:
             self.on_start(model, label, limit or 0)  # type: ignore[operator]
@@ -135,13 +136,15 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr("metatrain.models.prepare_model", lambda key, progress=None: tmp_path / key)
     out = tmp_path / "cal.json"
     args = ["calibrate", "dispatch", "--models", "qwen2.5-coder-0.5b", "--limit", "4", "--json", str(out)]
-    result = CliRunner().invoke(app, args, terminal_width=200)
+    result = CliRunner().invoke(app, [*args, "--dtype", "bfloat16"], terminal_width=200)
     assert result.exit_code == 0, result.output
+    assert "on cpu in bfloat16" in result.output
     assert "3 tickets, 3 rules (current)" in result.output
     assert "hardest level in the band: 3 tickets, 3 rules on ticket facts" in result.output
     report = json.loads(out.read_text())
     assert report["chosen"] == "3 tickets, 3 rules on ticket facts"
     assert report["command"].startswith("metatrain ") and report["limit"] == 4
+    assert report["dtype"] == "bfloat16"
     unguided = [0.0, 0.2, 0.0, 0.2]
     without_customer_ids = [0.2, 0.2]  # the guided levels on ticket facts, again without the id
     one_tool = [0.2]  # the last of those with get_ticket alone
@@ -155,6 +158,7 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
         (["calibrate", "no_such_family"], "no_such_family"),
         (["calibrate", "dispatch", "--level", "5 tickets"], "has no level '5 tickets'"),
         (["calibrate", "dispatch", "--budget", "huge"], "budget must be fast or full"),
+        (["calibrate", "dispatch", "--dtype", "int8"], "dtype must be one of float32, bfloat16, float16"),
     ],
 )
 def test_bad_arguments_are_specific_errors(args: list[str], message: str) -> None:
@@ -170,6 +174,7 @@ def test_the_command_plays_a_real_model(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
+    assert report["dtype"] == "float32"  # the fast eval's, which the command names when not told
     (level,) = report["levels"]
     assert (level["label"], level["current"], level["eval_max_turns"]) == ("current", True, 4)
     (score,) = level["scores"]

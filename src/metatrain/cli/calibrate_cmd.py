@@ -32,6 +32,9 @@ from metatrain.conformance.calibration import (
     family_levels,
 )
 from metatrain.conformance.guessing import GUESS_FLOOR_LIMIT
+from metatrain.training.evaluation import eval_dtype
+
+DTYPES = ("float32", "bfloat16", "float16")
 
 console = Console()
 
@@ -67,6 +70,10 @@ def calibrate_cmd(
         int | None, typer.Option(min=1, help="Score only the first N hidden-eval examples of each level")
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Conversations generated at once")] = 64,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="Decode in float32, bfloat16 or float16 (default: the hidden eval's dtype)"),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON")] = None,
 ) -> None:
     """Score untrained models on each candidate difficulty level of a family (its hidden-eval draw at
@@ -79,15 +86,18 @@ def calibrate_cmd(
         if budget not in ("fast", "full"):
             raise ValueError(f"budget must be fast or full, got {budget!r}")
         levels = family_levels(family, budget, level or ())
+        if dtype not in (None, *DTYPES):
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     except (PluginError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     keys = models.split(",") if models else list(family.task_spec(budget).bounds.models)
     low, high = CALIBRATION_BAND
     first = f", first {limit} examples each" if limit else ""
+    dtype = dtype or eval_dtype(budget, device)
     console.print(
         f"{name} {family.version} {budget}: {len(levels)} level(s) x {len(keys)} model(s) on {device}"
-        f"{first}; band {low}-{high}, guess floor < {GUESS_FLOOR_LIMIT}"
+        f" in {dtype}{first}; band {low}-{high}, guess floor < {GUESS_FLOOR_LIMIT}"
     )
     model_dirs = {key: prepared_model(console, key) for key in keys}
     columns = (
@@ -106,7 +116,7 @@ def calibrate_cmd(
         def on_progress(done: int) -> None:
             bar.advance(current[0], done)
 
-        player = ModelPlayer(budget, device, model_dirs, batch_size, on_start, on_progress)
+        player = ModelPlayer(budget, device, model_dirs, batch_size, on_start, on_progress, dtype)
         results = calibrate(family, budget, keys, player, limit, level or ())
     console.print(level_table(results, keys))
     chosen = choose_level(results)
@@ -122,6 +132,7 @@ def calibrate_cmd(
             budget=budget,
             device=device,
             limit=limit,
+            dtype=dtype,
             levels=tuple(results),
             chosen=chosen,
         )

@@ -79,6 +79,8 @@ class CalibrationReport(BaseModel):
     budget: str
     device: str
     limit: int | None
+    dtype: str | None = None
+    """The weights' dtype while decoding (reports before 2026-12-07 lack it: ``eval_dtype``'s)."""
     band: tuple[float, float] = CALIBRATION_BAND
     levels: tuple[LevelResult, ...]
     chosen: str | None
@@ -149,19 +151,21 @@ class ModelPlayer:
         batch_size: int = 64,
         on_start: Callable[[str, str, int], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
+        dtype: str | None = None,
     ) -> None:
+        from metatrain.training.evaluation import eval_dtype
+
         self.budget, self.device, self.model_dirs, self.batch_size = budget, device, model_dirs, batch_size
+        self.dtype = dtype or eval_dtype(budget, device)  # the hidden eval's unless given
         self.on_start, self.on_progress = on_start, on_progress
         self._loaded: tuple[str, object, object] | None = None
 
     def _model(self, key: str) -> tuple[object, object]:
-        from metatrain.training.evaluation import eval_dtype, load_model
+        from metatrain.training.evaluation import load_model
 
         if self._loaded is None or self._loaded[0] != key:
             self._loaded = None  # free the previous model first
-            model, tokenizer = load_model(
-                self.model_dirs[key], self.device, eval_dtype(self.budget, self.device)
-            )
+            model, tokenizer = load_model(self.model_dirs[key], self.device, self.dtype)
             self._loaded = (key, model, tokenizer)
         return self._loaded[1], self._loaded[2]
 
