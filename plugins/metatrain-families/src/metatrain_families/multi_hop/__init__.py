@@ -30,10 +30,12 @@ LEVELS = {
         "10 people, 2 hops, name/city": Difficulty(n_people=10, hops=2, attributes=("name", "city")),
         "8 people, 2 hops, name/city": DIFFICULTY["fast"],
         "8 people, 2 hops, name": DIFFICULTY["full"],
+        "guided, 8 people, 2 hops, name": Difficulty(n_people=8, hops=2, attributes=("name",), guided=True),
     }
 }
-"""Candidates for ``metatrain calibrate``, hardest first: the 2026-12-03 sweep's three levels, and
-since 1.4.0 (where untrained Qwen2.5-Coder-0.5B scored 0.035 on ``full``) two more two-hop ones."""
+"""Candidates for ``metatrain calibrate``, hardest first: the 2026-12-03 sweep's three levels, since
+1.4.0 (where untrained Qwen2.5-Coder-0.5B scored 0.035 on ``full``) two more two-hop ones, and since
+1.5.0 (0.045) ``full`` with the lookups listed in the prompt."""
 MAX_TOKENS = 64
 
 

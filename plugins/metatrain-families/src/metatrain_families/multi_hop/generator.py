@@ -40,6 +40,8 @@ class Difficulty:
     """Relations followed from the start person (each one a tool call)."""
     attributes: tuple[str, ...]
     """What the question asks about the last person: name, city or job (one more call unless name)."""
+    guided: bool = False
+    """Whether the prompt also lists the lookups in the order they are made (a calibration knob)."""
 
 
 def make_world(rng: random.Random, n_people: int) -> dict[str, Any]:
@@ -78,6 +80,15 @@ def question(relations: list[str], start: str, attribute: str) -> str:
     return f"Who is {subject}?"
 
 
+def steps(relations: list[str], start: str, attribute: str) -> str:
+    """The lookups in the order they are made: "First find the best friend of Alice. Then find the
+    manager of that person."; a city or job asked for is one more step."""
+    wanted = [RELATIONS[r] for r in relations] + ([attribute] if attribute != "name" else [])
+    said = [f"First find the {wanted[0]} of {start}."]
+    said += [f"Then find the {w} of that person." for w in wanted[1:]]
+    return " ".join(said)
+
+
 def one_lookup_away(person: dict[str, Any]) -> set[str]:
     """What one lookup on ``person`` shows (city, job, manager, best friend), casefolded."""
     return {str(v).casefold() for k, v in person.items() if k not in ("name", "age")}
@@ -106,9 +117,10 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
         revisits = len({start, *chain}) < d.hops + 1
         if not revisits and (d.hops == 1 or answer.casefold() not in one_lookup_away(by_name[start])):
             break
+    guide = f" {steps(relations, start, attribute)}" if d.guided else ""
     prompt = (
-        f"{question(relations, start, attribute)} Look up each step with the tools and reply with "
-        "the final answer as <answer>ANSWER</answer>."
+        f"{question(relations, start, attribute)}{guide} Look up each step with the tools and reply "
+        "with the final answer as <answer>ANSWER</answer>."
     )
     return Example(
         id=example_id,
