@@ -115,3 +115,30 @@ def test_a_fast_eval_decodes_in_float32_on_every_device() -> None:
     assert eval_dtype("fast", "cuda") == eval_dtype("fast", "cpu") == "float32"
     assert eval_dtype("full", "cuda:0") == "bfloat16"
     assert eval_dtype("full", "cpu") == "float32"
+
+
+@pytest.mark.parametrize(
+    ("budget", "device", "dtype"), [("fast", "cuda", "float32"), ("full", "cuda", "bfloat16")]
+)
+def test_seeding_records_the_decoding_dtype(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: str, device: str, dtype: str
+) -> None:
+    """seed-baselines writes the dtype the eval decoded in (the command's plumbing; run_eval stubbed)."""
+    from typer.testing import CliRunner
+
+    import metatrain.cli.app as cli
+    import metatrain.jobs.runner
+    import metatrain.plugins
+
+    fam = RelocatedCalcChain(path=tmp_path / "b.json")
+    plugins = type("Plugins", (), {"task_family": staticmethod(lambda name: fam)})()
+    monkeypatch.setattr(metatrain.plugins, "load_plugins", lambda: plugins)
+    monkeypatch.setattr(cli, "prepared_model", lambda console, key: tmp_path / key)
+    report = {"score": 0.25, "n": 4, "ci95": [0.05, 0.7], "seconds": 3.0}
+    monkeypatch.setattr(metatrain.jobs.runner, "run_eval", lambda *args: report)
+    args = ["seed-baselines", "--family", "calc_chain", "--budget", budget, "--device", device]
+    result = CliRunner().invoke(cli.app, [*args, "--models", "smollm2-135m"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert f"on {device} in {dtype}" in " ".join(result.output.split())
+    seeded = load_baselines(fam, budget, ["smollm2-135m"]).models["smollm2-135m"]
+    assert (seeded.score, seeded.dtype, seeded.device) == (0.25, dtype, device)

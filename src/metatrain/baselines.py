@@ -31,6 +31,9 @@ class BaselineEntry(BaseModel):
     ci95: tuple[float, float]
     device: str
     seconds: float
+    dtype: str | None = None
+    """The weights' dtype while decoding; entries seeded before 2026-12-07 lack it and decoded in
+    ``eval_dtype(budget, device)`` as it was then (bfloat16 for ``full`` on CUDA, else float32)."""
     command: str | None = None
     """The command that computed this entry (entries seeded before 2026-12-06 lack it; the file's
     ``command`` is then the last writer's, and docs/families.md lists the rest)."""

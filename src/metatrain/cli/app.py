@@ -212,6 +212,7 @@ def seed_baselines(
     from metatrain.baselines import BaselineEntry, eval_hash, write_entry
     from metatrain.jobs.runner import run_eval
     from metatrain.plugins import load_plugins
+    from metatrain.training.evaluation import eval_dtype
 
     fam = load_plugins().task_family(family)
     spec = fam.task_spec(budget)
@@ -238,11 +239,12 @@ def seed_baselines(
             ci95=tuple(report["ci95"]),
             device=device,
             seconds=round(report["seconds"], 1),
+            dtype=eval_dtype(budget, device),
         )
         write_entry(fam.baselines_path(), fam, budget, key, entry, digest, command)
         console.print(
             f"{family} {budget} {key}: {entry.score:.3f} (n={entry.n}, 95% CI {entry.ci95[0]:.3f}–"
-            f"{entry.ci95[1]:.3f}, {entry.seconds}s on {device})"
+            f"{entry.ci95[1]:.3f}, {entry.seconds}s on {device} in {entry.dtype})"
         )
 
 
