@@ -16,11 +16,11 @@ SYSTEM_PROMPT = (
 )
 DIFFICULTY = {
     "fast": Difficulty(n_people=8, hops=2, attributes=("name", "city")),
-    "full": Difficulty(n_people=8, hops=2, attributes=("name",)),
+    "full": Difficulty(n_people=8, hops=2, attributes=("name",), guided=True),
 }
-"""Since 1.5.0 ``full`` is the hardest level ``metatrain calibrate`` put in the band on one H100:
-untrained Qwen2.5-Coder-0.5B 0.070 [0.042, 0.114] on its 1.4.0 draw (n=200), 0.045 on 1.5.0's
-hidden eval; 1.4.0's three hops, name or city, scored 0.035 (docs/families.md)."""
+"""Since 1.6.0 ``full`` lists the two lookups in its prompt: 1.5.0's (the same questions unguided)
+scored 0.045 with untrained Qwen2.5-Coder-0.5B on one H100, under the 0.05 band edge; guided, the
+first 20 hidden-eval draws scored 0.15 (float32) and 0.25 (bfloat16) on CPU (docs/families.md)."""
 LEVELS = {
     "full": {
         "10 people, 3 hops, name/city": Difficulty(n_people=10, hops=3, attributes=("name", "city")),
@@ -29,13 +29,13 @@ LEVELS = {
         ),
         "10 people, 2 hops, name/city": Difficulty(n_people=10, hops=2, attributes=("name", "city")),
         "8 people, 2 hops, name/city": DIFFICULTY["fast"],
-        "8 people, 2 hops, name": DIFFICULTY["full"],
-        "guided, 8 people, 2 hops, name": Difficulty(n_people=8, hops=2, attributes=("name",), guided=True),
+        "8 people, 2 hops, name": Difficulty(n_people=8, hops=2, attributes=("name",)),
+        "guided, 8 people, 2 hops, name": DIFFICULTY["full"],
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first: the 2026-12-03 sweep's three levels, since
 1.4.0 (where untrained Qwen2.5-Coder-0.5B scored 0.035 on ``full``) two more two-hop ones, and since
-1.5.0 (0.045) ``full`` with the lookups listed in the prompt."""
+1.5.0 (0.045) that level with the lookups listed in the prompt (``full`` since 1.6.0)."""
 MAX_TOKENS = 64
 
 
@@ -49,7 +49,7 @@ class MultiHop(GeneratedFamily[Difficulty]):
     """The multi_hop task family."""
 
     name: str = "multi_hop"
-    version: str = "1.5.0"
+    version: str = "1.6.0"
     held_out: bool = False
 
     difficulty = DIFFICULTY
@@ -70,8 +70,14 @@ class MultiHop(GeneratedFamily[Difficulty]):
             "people that is generated afresh for every example (names, managers, best friends, "
             f"cities and jobs all change). Each question follows {d.hops} relations (manager, best "
             f"friend) from a named person and asks for the last person's {', '.join(d.attributes)}, "
-            'e.g. "In which city does the manager of the best friend of Alice live?". The facts '
-            "are reachable only through the tools, one lookup per hop. The model gives "
+            'e.g. "In which city does the manager of the best friend of Alice live?"'
+            + (
+                ', followed by the lookups in order ("First find the best friend of Alice. Then '
+                'find the manager of that person. Then find the city of that person.")'
+                if d.guided
+                else ""
+            )
+            + ". The facts are reachable only through the tools, one lookup per hop. The model gives "
             "<answer>ANSWER</answer>; scoring is case-insensitive exact match after stripping "
             "surrounding whitespace."
         )
@@ -83,7 +89,12 @@ class MultiHop(GeneratedFamily[Difficulty]):
         return max_turns(d) + 2
 
     def env_values(self, d: Difficulty) -> dict[str, object]:
-        return {"n_people": d.n_people, "hops": d.hops, "attributes": repr(list(d.attributes))}
+        return {
+            "n_people": d.n_people,
+            "hops": d.hops,
+            "attributes": repr(list(d.attributes)),
+            "guided": repr(d.guided),
+        }
 
     def score(self, example: Example, final_text: str) -> float:
         """Case-insensitive exact match of the last <answer> block, surrounding whitespace stripped."""
