@@ -78,11 +78,13 @@ floor)."""
 SHIPPED = "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
 DIFFICULTY = {
     "fast": attrs.evolve(LEVELS["full"][SHIPPED], questions=("deploy",)),
-    "full": LEVELS["full"][SHIPPED],
+    "full": LEVELS["full"]["guided, no dependency, deploy, incidents without ids, two tools"],
 }
-"""Since 1.6.0, 1.5.0's level with deploys shipped by other teams. 1.5.0 shipped the level itself:
-untrained Qwen2.5-Coder-0.5B scored 0.030 on its hidden eval, 4 of 6 right answers the alerting
-service's owner, which one ``get_service`` call shows (0.225 of that eval; docs/families.md)."""
+"""Since 1.7.0 ``full`` is the easiest level: no dependency, deploy questions, the steps spelled out,
+incidents without ids, and only ``list_incidents`` and ``list_deploys``. Untrained
+Qwen2.5-Coder-0.5B on one H100 (bfloat16): 0.150 [0.107, 0.206] on the level's calibration draw,
+0.135 on 1.7.0's hidden eval (n=200); 1.6.0's ``full`` (``SHIPPED``, one dependency, deploy or team)
+scored 0.000. ``fast`` keeps 1.6.0's knobs, deploy questions only (docs/families.md)."""
 
 
 def normalise_label(text: str | None) -> str | None:
@@ -129,7 +131,7 @@ class Triage(GeneratedFamily[Difficulty]):
     """The triage task family (held out: the generalisation probe)."""
 
     name: str = "triage"
-    version: str = "1.6.0"
+    version: str = "1.7.0"
     held_out: bool = True
 
     difficulty = DIFFICULTY
