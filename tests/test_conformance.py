@@ -18,6 +18,7 @@ from metatrain.protocols import TaskFamily
 from metatrain.specs import Example
 from metatrain_families.calc_chain import DIFFICULTY, CalcChain, generate_example
 from metatrain_families.common import GeneratedFamily
+from metatrain_families.triage import TEAMS_LEVEL
 
 FAST = ("fast",)
 CHEAP = ("determinism", "disjoint splits", "scorer", "tool schemas", "token budget", "eval secrecy")
@@ -263,7 +264,8 @@ def test_no_built_in_family_is_answered_by_one_tool_call_and_the_floor_finds_one
     assert not [(n, r.budget, r.detail) for n, r in results if not r.ok]
     triage = pm.task_family("triage")
     assert isinstance(triage, GeneratedFamily)
-    owners_ship = triage.at_knobs("full", attrs.evolve(triage.knobs("full"), shipper="owner"))
+    teams_level = triage.calibration_levels("full")[TEAMS_LEVEL]  # 1.6.0's full, team questions
+    owners_ship = triage.at_knobs("full", attrs.evolve(teams_level.knobs("full"), shipper="owner"))
     (result,) = check_family(owners_ship, ("full",), ("one-lookup floor",))
     assert not result.ok
     detail = str(result.detail)

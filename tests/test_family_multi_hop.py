@@ -216,3 +216,27 @@ def test_reference_env_min_hops_trains_nearer_the_eval(reference_env: Any) -> No
     for bad in (0, hops + 1, "2", True):
         with pytest.raises(ValueError, match=f"min_hops must be a whole number from 1 to {hops}"):
             reference_env.load_environment(num_examples=4, min_hops=bad)
+
+
+def test_reference_env_phrases_training_questions_as_the_eval_does(reference_env: Any) -> None:
+    """``full`` is guided: each training question lists its lookups in order, worded as the eval's
+    generator words them (``steps``), and following them from the start reaches the answer."""
+    from metatrain_families.multi_hop.generator import RELATIONS, steps
+
+    assert DIFFICULTY["full"].guided and not DIFFICULTY["fast"].guided
+    by_phrase = {v: k for k, v in RELATIONS.items()}
+    for seed in range(20):
+        row = reference_env._example(random.Random(seed), 1)
+        question, people = row["question"], {p["name"]: p for p in row["info"]["world"]["people"]}
+        lookups = r"First find the (.+?) of (\w+)\.((?: Then find the .+? of that person\.)*)"
+        match = re.search(lookups, question)
+        assert match is not None, question
+        first, start, rest = match.groups()
+        path = [by_phrase[first], *(by_phrase[p] for p in re.findall(r"Then find the (.+?) of that", rest))]
+        assert steps(path, start, "name") in question
+        walked, person = [], start
+        for rel in path:
+            person = people[person][rel]
+            walked.append(person)
+        assert walked == row["info"]["chain"] and person == row["answer"]
+        assert question.endswith("reply with the final answer as <answer>ANSWER</answer>.")

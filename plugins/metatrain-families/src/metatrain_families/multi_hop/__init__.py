@@ -18,9 +18,9 @@ DIFFICULTY = {
     "fast": Difficulty(n_people=8, hops=2, attributes=("name", "city")),
     "full": Difficulty(n_people=8, hops=2, attributes=("name",), guided=True),
 }
-"""Since 1.6.0 ``full`` lists the two lookups in its prompt: 1.5.0's (the same questions unguided)
-scored 0.045 with untrained Qwen2.5-Coder-0.5B on one H100, under the 0.05 band edge; guided, the
-first 20 hidden-eval draws scored 0.15 (float32) and 0.25 (bfloat16) on CPU (docs/families.md)."""
+"""Since 1.6.0 ``full`` lists the two lookups in its prompt: untrained Qwen2.5-Coder-0.5B scored
+0.150 [0.107, 0.206] on its hidden eval on one H100 (n=200, bfloat16), where 1.5.0's unguided
+questions scored 0.045, under the band's 0.05 edge (docs/families.md)."""
 LEVELS = {
     "full": {
         "10 people, 3 hops, name/city": Difficulty(n_people=10, hops=3, attributes=("name", "city")),

@@ -75,16 +75,19 @@ easiest levels also list incidents without ids, so that no incident id can be pa
 (``Difficulty.lean_tools``). Levels asking team questions have deploys shipped by teams owning no
 service (``Difficulty.shipper``), so no owner ``get_service`` shows is the answer (the kit's one-lookup
 floor)."""
-SHIPPED = "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
+TEAMS_LEVEL = "guided, 1 dependency, deploy/team, incidents without ids, deploys shipped by other teams"
+"""1.6.0's ``full``; ``fast`` is its deploy-question twin."""
+SHIPPED = "guided, no dependency, deploy, incidents without ids, two tools"
+"""``full`` since 1.7.0."""
 DIFFICULTY = {
-    "fast": attrs.evolve(LEVELS["full"][SHIPPED], questions=("deploy",)),
-    "full": LEVELS["full"]["guided, no dependency, deploy, incidents without ids, two tools"],
+    "fast": attrs.evolve(LEVELS["full"][TEAMS_LEVEL], questions=("deploy",)),
+    "full": LEVELS["full"][SHIPPED],
 }
 """Since 1.7.0 ``full`` is the easiest level: no dependency, deploy questions, the steps spelled out,
 incidents without ids, and only ``list_incidents`` and ``list_deploys``. Untrained
 Qwen2.5-Coder-0.5B on one H100 (bfloat16): 0.150 [0.107, 0.206] on the level's calibration draw,
-0.135 on 1.7.0's hidden eval (n=200); 1.6.0's ``full`` (``SHIPPED``, one dependency, deploy or team)
-scored 0.000. ``fast`` keeps 1.6.0's knobs, deploy questions only (docs/families.md)."""
+0.135 on 1.7.0's hidden eval (n=200); 1.6.0's ``full`` (``TEAMS_LEVEL``, one dependency, deploy or
+team) scored 0.000. ``fast`` keeps 1.6.0's knobs, deploy questions only (docs/families.md)."""
 
 
 def normalise_label(text: str | None) -> str | None:
