@@ -15,6 +15,7 @@ from metatrain.training.divergence import (
     DroppedMicroBatches,
     TrainingDiverged,
     batch_summary,
+    disable_cudnn_attention,
     guard_training_step,
     locate_nan,
     nonfinite_grads,
@@ -152,3 +153,14 @@ def test_dropped_micro_batches_stop_at_the_total_limit_even_when_apart() -> None
     assert record.record(2, 9) is None
     record.kept()
     assert record.record(3, 17) == "3 micro-batches in all"
+
+
+def test_training_keeps_attention_off_the_cudnn_kernel() -> None:
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert disable_cudnn_attention() is True
+        assert torch.backends.cuda.cudnn_sdp_enabled() is False
+        assert disable_cudnn_attention() is False
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

@@ -464,3 +464,29 @@ def test_the_one_tool_level_offers_get_ticket_alone(tmp_path: Path) -> None:
     assert [fn.__name__ for fn in env.TOOLS] == ["get_ticket"]
     with pytest.raises(ValueError, match="lean_tools needs customer_ids=False"):
         attrs.evolve(d, customer_ids=True, customer_rules=False)
+
+
+@pytest.mark.parametrize("label", [lvl for lvl in LEVELS["full"] if "category rules" in lvl])
+def test_category_rule_levels_read_as_a_table_and_stay_unguessable(label: str, tmp_path: Path) -> None:
+    """Each rule tests the category alone, each outcome stays uniform, blind guesses stay under the
+    floor, and the reference environment draws the same rules."""
+    d = LEVELS["full"][label]
+    assert d.category_rules and d.guided and not d.customer_ids
+    examples = [generate_example(random.Random(s), d, "x") for s in range(300)]
+    for ex in examples:
+        clauses = [c for r in ex.info["rules"] for c in r["clauses"]]
+        assert [c["field"] for c in clauses] == ["ticket.category"] * d.n_rules
+        assert len({c["value"] for c in clauses}) == d.n_rules  # no rule shadowed by an earlier one
+    for ex in examples[:20]:
+        assert solve(ex) == (ex.answer, d.n_route)
+    outcomes = Counter(m for ex in examples for m in ex.info["matched_rules"])
+    expected = 300 * d.n_route / (d.n_rules + 1)
+    assert set(outcomes) == set(range(d.n_rules + 1)) and min(outcomes.values()) > 0.7 * expected
+    scores = blind_guess_scores(d)
+    assert scores["uniform pick"] == pytest.approx((d.n_rules + 1) ** -d.n_route), scores
+    assert max(scores["constant"], scores["commonest rule"]) < GUESS_LIMIT, scores
+    _mirrors(_rendered_env(tmp_path, d, "category"), d)
+    with pytest.raises(ValueError, match="category_rules needs rules on ticket facts only"):
+        attrs.evolve(d, customer_rules=True, customer_ids=True)
+    with pytest.raises(ValueError, match="category_rules needs n_rules < 6"):
+        attrs.evolve(d, n_rules=6)

@@ -33,6 +33,22 @@ class TrainingDiverged(RuntimeError):
     """A gradient or gradient norm became NaN or infinite."""
 
 
+def disable_cudnn_attention() -> bool:
+    """Keep scaled-dot-product attention off its cuDNN kernel for training; returns whether it was on.
+
+    On an H100 (torch's default order picks cuDNN first there) a multi_hop job's first dropped
+    micro-batch, re-run under anomaly mode, named ``ScaledDotProductCudnnAttentionBackward0`` as the
+    backward that first returned NaN, with a finite loss and finite inputs, after 18 steps whose
+    training reward had risen to 1.0 (docs/families.md, twentieth session); four micro-batches in a
+    row then stopped the run. The flash and memory-efficient kernels compute the same attention.
+    """
+    import torch
+
+    was_on = bool(torch.backends.cuda.cudnn_sdp_enabled())
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    return was_on
+
+
 def tensor_summary(value: Any) -> dict[str, Any] | None:
     """Shape, dtype and (for floating or integer tensors) sum, range and non-finite count; None if
     ``value`` is not a tensor."""

@@ -22,7 +22,12 @@ from typing import Any
 
 from metatrain.specs import BundleManifest
 from metatrain.training.dialect import install_parser
-from metatrain.training.divergence import DroppedMicroBatches, TrainingDiverged, guard_training_step
+from metatrain.training.divergence import (
+    DroppedMicroBatches,
+    TrainingDiverged,
+    disable_cudnn_attention,
+    guard_training_step,
+)
 from metatrain.training.environment import (
     RewardFn,
     call_reward,
@@ -201,6 +206,8 @@ def train_job(
         tokenizer.pad_token = tokenizer.eos_token
     install_parser(tokenizer)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if device.startswith("cuda"):
+        disable_cudnn_attention()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, use_safetensors=True)
     kwargs = trl_config_kwargs(
         table, output_dir=str(out / "trl"), device=device, max_turns=int(env.max_turns), seed=seed

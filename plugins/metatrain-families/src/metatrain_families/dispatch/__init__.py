@@ -44,13 +44,26 @@ LEVELS = {
         "guided, 2 tickets, 4 rules on ticket facts, tickets without customer ids, one tool": attrs.evolve(
             UNGUIDED["2 tickets, 4 rules on ticket facts"], guided=True, customer_ids=False, lean_tools=True
         ),
+        **{
+            f"guided, {n} tickets, {rules} category rules, tickets without customer ids": attrs.evolve(
+                DIFFICULTY["full"],
+                n_route=n,
+                n_rules=rules,
+                customer_rules=False,
+                guided=True,
+                customer_ids=False,
+                category_rules=True,
+            )
+            for n, rules in ((3, 3), (2, 5), (2, 4))
+        },
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first. Every embedded model scores 0 at the
 current level (the calibration notes in docs/families.md); rules on ticket facts alone need one
 lookup a ticket, and two tickets with four rules keep a blind guess near 1/25. Guided levels spell
 out the steps, one per ticket, before the first call; without customer ids no ticket record holds an id
-to chase; the easiest offers ``get_ticket`` alone (``Difficulty.lean_tools``)."""
+to chase; ``get_ticket`` alone (``Difficulty.lean_tools``); last, rules that each test the category
+alone (``Difficulty.category_rules``), a table from category to queue."""
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
 
@@ -131,6 +144,7 @@ class Dispatch(GeneratedFamily[Difficulty]):
             "guided": d.guided,
             "customer_ids": d.customer_ids,
             "lean_tools": d.lean_tools,
+            "category_rules": d.category_rules,
         }
 
     def score(self, example: Example, final_text: str) -> float:

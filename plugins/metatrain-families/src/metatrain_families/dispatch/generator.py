@@ -89,6 +89,12 @@ class Difficulty:
     looped on ``get_customer``; offered ``get_ticket`` alone it called no tool at all (12 draws,
     CPU; docs/families.md, calibration)."""
 
+    category_rules: bool = False
+    """Whether every rule tests the ticket's category alone (a calibration level, ticket facts only):
+    the rules read as a table from category to queue. With rules on severity and channel beside it,
+    untrained Qwen2.5-Coder fetched both tickets and then answered every queue the rules name
+    (docs/families.md, calibration)."""
+
     def __attrs_post_init__(self) -> None:
         if not 1 <= self.n_route <= self.n_tickets:
             raise ValueError(f"need 1 <= n_route <= n_tickets, got {self.n_route} and {self.n_tickets}")
@@ -100,6 +106,12 @@ class Difficulty:
             raise ValueError("customer_ids=False needs rules on ticket facts only (no customer rules or SLA)")
         if self.lean_tools and self.customer_ids:
             raise ValueError("lean_tools needs customer_ids=False (rules on ticket facts only)")
+        if self.category_rules and (self.customer_rules or self.use_sla):
+            raise ValueError("category_rules needs rules on ticket facts only (no customer rules or SLA)")
+        if self.category_rules and self.n_rules >= len(CATEGORIES):
+            raise ValueError(
+                f"category_rules needs n_rules < {len(CATEGORIES)} (one category a rule, and a default)"
+            )
 
     @property
     def lookups_per_ticket(self) -> int:
@@ -112,8 +124,10 @@ class Difficulty:
         return self.n_route * self.lookups_per_ticket
 
 
-def rule_may_test(field: str, use_sla: bool, customer_rules: bool) -> bool:
+def rule_may_test(field: str, use_sla: bool, customer_rules: bool, category_rules: bool = False) -> bool:
     """Whether a rule may have a clause on ``field`` under these knobs."""
+    if category_rules:
+        return field == "ticket.category"
     kind = field.split(".")[0]
     return (kind != "sla" or use_sla) and (kind != "customer" or customer_rules)
 
@@ -152,7 +166,7 @@ def closing(d: Difficulty, ids: list[str]) -> str:
 
 def _rule(rng: random.Random, d: Difficulty, queue: str) -> dict[str, Any]:
     """A rule drawn without looking at any ticket: 1..max_clauses clauses on distinct fields."""
-    fields = [f for f in FIELDS if rule_may_test(f, d.use_sla, d.customer_rules)]
+    fields = [f for f in FIELDS if rule_may_test(f, d.use_sla, d.customer_rules, d.category_rules)]
     chosen = rng.sample(fields, rng.randint(1, min(d.max_clauses, len(fields))))
     clauses = [{"field": f, "op": FIELDS[f][0], "value": rng.choice(VALUES[f])} for f in chosen]
     return {"clauses": clauses, "queue": queue}
