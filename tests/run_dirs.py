@@ -16,6 +16,7 @@ def write_run_dir(
     name: str = "run-1",
     agent: str = "reference",
     family: str = "ledger",
+    diverged: str | None = None,
 ) -> Path:
     run = root / name
     (run / "job" / "result").mkdir(parents=True)
@@ -39,6 +40,7 @@ def write_run_dir(
                 "train_seconds": 61.0,
                 "train_steps": 7,
                 "stopped_at_deadline": True,
+                "diverged": diverged,
             },
             "reward": {
                 "total": 0.5,

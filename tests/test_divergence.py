@@ -13,12 +13,14 @@ import torch
 
 from metatrain.training.divergence import (
     DroppedMicroBatches,
+    StoppedBeforeUpdate,
     TrainingDiverged,
     batch_summary,
     disable_cudnn_attention,
     guard_training_step,
     locate_nan,
     nonfinite_grads,
+    train_until_stopped,
 )
 
 
@@ -121,7 +123,7 @@ def test_guard_stops_after_too_many_dropped_in_a_row_and_writes_diverged_json(tm
     trainer.state.global_step = 1
     trainer.training_step(trainer.model, 1, 1)
     stop = r"lora\.w\) after micro-batch 3, during optimizer step 2, and 3 micro-batches in a row"
-    with pytest.raises(TrainingDiverged, match=stop):
+    with pytest.raises(StoppedBeforeUpdate, match=stop):
         trainer.training_step(trainer.model, 1, 1)
     written = json.loads(report.read_text())
     assert written["dropped"] == [
@@ -164,3 +166,23 @@ def test_training_keeps_attention_off_the_cudnn_kernel() -> None:
         assert disable_cudnn_attention() is False
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_a_stop_before_the_update_keeps_the_weights_and_any_other_divergence_fails() -> None:
+    """The guard's stop leaves the last finite step's weights, so training returns its reason and the
+    job goes on to save and post-evaluate them; a NaN gradient norm (logged after an update) or any
+    other error still fails the job."""
+    assert train_until_stopped(lambda: None) is None
+
+    def guard_stops() -> None:
+        raise StoppedBeforeUpdate("training diverged: ... stopped before the update")
+
+    assert train_until_stopped(guard_stops) == "training diverged: ... stopped before the update"
+
+    def norm_is_nan() -> None:
+        raise TrainingDiverged("training diverged: gradient norm nan at step 2")
+
+    with pytest.raises(TrainingDiverged, match="gradient norm nan"):
+        train_until_stopped(norm_is_nan)
+    with pytest.raises(MemoryError):
+        train_until_stopped(lambda: (_ for _ in ()).throw(MemoryError()))

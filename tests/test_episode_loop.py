@@ -154,6 +154,11 @@ def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() ->
         _job_summary(nan, 0.1).dropped_micro_batches == 2
         and _job_summary(stopped, 0.1).dropped_micro_batches == 0
     )
+    halted = stopped.model_copy(
+        update={"train_metrics": {"dropped_micro_batches": 4, "diverged": "training diverged: ..."}}
+    )
+    assert _job_summary(halted, 0.1).diverged == "training diverged: ..."
+    assert _job_summary(stopped, 0.1).diverged is None
 
     from metatrain.protocols import RewardInputs
     from metatrain.specs.episode import CostSummary
@@ -179,6 +184,11 @@ def test_a_failed_jobs_error_and_an_early_stop_reach_the_result_and_summary() ->
             "14 steps, 3 without reward signal (no update), stopped before the wall)",
         ),
         (_job_summary(nan, 0.1), "14 steps, 2 micro-batches dropped for a non-finite gradient)"),
+        (
+            _job_summary(halted, 0.1),
+            "14 steps, 4 micro-batches dropped for a non-finite gradient, stopped on a non-finite "
+            "gradient before its update)",
+        ),
     ):
         result = EpisodeResult(
             run_id="r",

@@ -43,6 +43,15 @@ def test_row_compares_post_with_the_best_untrained_model(tmp_path: Path) -> None
     table = markdown_table([row])
     assert "| ledger | 1.0.0 | fast | smollm2-135m | `reference` | 0.200 (gemma3-270m) |" in table
     assert "[+0.050, +0.524] ✓ | 48 | 61 | 7 (wall) | cpu |" in table
+    assert not row.diverged
+
+
+def test_a_run_stopped_on_a_nan_still_has_its_row_marked(tmp_path: Path) -> None:
+    """Training stopped before a broken update keeps its last finite weights, which the post-eval
+    scored: the row stands, and says how training ended."""
+    row = uplift_row(_run_dir(tmp_path, diverged="training diverged: ... stopped before the update"))
+    assert row.diverged and row.post == 0.5
+    assert "| 7 (wall) (NaN stop) | cpu |" in markdown_table([row])
 
 
 def test_rows_name_the_ablation_they_ran(tmp_path: Path) -> None:

@@ -127,6 +127,8 @@ class UpliftRow:
     stopped_at_deadline: bool
     device: str
     run_id: str
+    diverged: bool = False
+    """Training stopped on a non-finite gradient before an update; post scores the last finite step."""
     paired: PairedChange | None = None
     """Post against pre on the same examples, when both evals kept their per-example scores."""
 
@@ -184,6 +186,7 @@ def uplift_row(run_dir: Path) -> UpliftRow:
         device=job["device"],
         run_id=result.run_id,
         paired=paired,
+        diverged=summary.diverged is not None,
     )
 
 
@@ -209,7 +212,8 @@ def markdown_table(rows: Sequence[UpliftRow]) -> str:
         f"| {r.best_pre:.3f} ({r.best_pre_model}) "
         f"| {r.pre:.3f} | {r.post:.3f} | {r.uplift:+.3f} | [{r.ci95[0]:+.3f}, {r.ci95[1]:+.3f}]"
         f"{' ✓' if r.significant else ''} | {r.eval_n} | {r.train_seconds:.0f} "
-        f"| {r.train_steps}{' (wall)' if r.stopped_at_deadline else ''} | {r.device} "
+        f"| {r.train_steps}{' (wall)' if r.stopped_at_deadline else ''}{' (NaN stop)' if r.diverged else ''} "
+        f"| {r.device} "
         f"| {paired_cell(r.paired, r.post, r.pre)} |\n"
         for r in rows
     )

@@ -141,6 +141,7 @@ def summary_table(result: EpisodeResult) -> Table:
                 if j.dropped_micro_batches
                 else ""
             )
+            + (", stopped on a non-finite gradient before its update" if j.diverged else "")
             + (", stopped before the wall)" if j.stopped_at_deadline else ")"),
         ),
         ("agent tokens in / out", f"{result.cost.tokens_in} / {result.cost.tokens_out}"),

@@ -341,6 +341,7 @@ def _job_summary(job: JobResult | None, best: float) -> JobSummary:
         eval_n=job.eval_n,
         train_steps=job.train_steps,
         stopped_at_deadline=bool(job.train_metrics.get("stopped_at_deadline", False)),
+        diverged=job.train_metrics.get("diverged"),
         skipped_updates=int(job.train_metrics.get("skipped_updates", 0)),
         dropped_micro_batches=int(job.train_metrics.get("dropped_micro_batches", 0)),
         error=job.error,

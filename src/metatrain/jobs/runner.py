@@ -295,6 +295,7 @@ def run_job(
             "last_reward": rewards[-1] if rewards else None,
             "dataset_size": summary.get("dataset_size"),
             "stopped_at_deadline": bool(summary.get("stopped_at_deadline", False)),
+            "diverged": summary.get("diverged"),
             "skipped_updates": len(summary.get("skipped_updates") or []),
             "dropped_micro_batches": len(summary.get("dropped_micro_batches") or []),
             "pre_ci95": pre["ci95"],

@@ -35,6 +35,11 @@ class JobSummary(BaseModel):
     eval_n: int = 0
     train_steps: int = 0
     stopped_at_deadline: bool = False
+    diverged: str | None = Field(
+        None,
+        description="Why training stopped before an update from a non-finite gradient; the post-eval "
+        "scores the last finite step's weights",
+    )
     skipped_updates: int = Field(0, description="Training steps without a non-zero advantage (no update)")
     dropped_micro_batches: int = Field(
         0, description="Micro-batches left out of their step's update for a non-finite gradient"

@@ -14,7 +14,9 @@ appends the micro-batch in summary (shapes, masks, value ranges, non-finite coun
 autograd's anomaly mode, which names the backward function that first returned a NaN and the forward
 line that made it (``anomaly`` in its log line). Only when ``max_consecutive`` micro-batches in a
 row, or ``max_dropped`` in all, were dropped does it write ``diverged.json`` and raise
-TrainingDiverged, before the optimizer step: no weight is ever updated from a non-finite gradient.
+StoppedBeforeUpdate (a TrainingDiverged), before the optimizer step: no weight is ever updated from a
+non-finite gradient, so the TRL backend saves the last finite step's weights and the job goes on to its
+post-eval, its summary naming the stop (``diverged``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,25 @@ import attrs
 
 class TrainingDiverged(RuntimeError):
     """A gradient or gradient norm became NaN or infinite."""
+
+
+class StoppedBeforeUpdate(TrainingDiverged):
+    """The guard stopped training before any optimizer step used a non-finite gradient: the weights
+    are those of the last finite step, fit to save and evaluate."""
+
+
+def train_until_stopped(train: Callable[[], Any]) -> str | None:
+    """Run ``train``; the guard's reason if it stopped training before a broken update, else None.
+
+    Any other error (a NaN gradient norm after an update, which leaves broken weights) propagates.
+    A job that learned for 18 steps and then met a run of NaN micro-batches keeps what it learned
+    (docs/families.md, twentieth session: such a run ended with no post-eval before this).
+    """
+    try:
+        train()
+    except StoppedBeforeUpdate as exc:
+        return str(exc)
+    return None
 
 
 def disable_cudnn_attention() -> bool:
@@ -185,7 +206,7 @@ def guard_training_step(
     """Wrap this trainer's ``_prepare_inputs`` and ``training_step`` (on the instance only): a
     micro-batch leaving a non-finite gradient is dropped (its gradient contribution undone) and
     appended to ``dropped_micro_batches.jsonl`` beside ``report_path``; past the limits the guard
-    writes ``report_path`` and raises TrainingDiverged instead."""
+    writes ``report_path`` and raises StoppedBeforeUpdate instead."""
     prepare, train_step = trainer._prepare_inputs, trainer.training_step
     last: dict[str, Any] = {}
     micro_batches = 0
@@ -228,7 +249,7 @@ def guard_training_step(
             return loss
         report["dropped"] = record.dropped
         report_path.write_text(json.dumps(report, indent=1))
-        raise TrainingDiverged(
+        raise StoppedBeforeUpdate(
             f"training diverged: non-finite gradient in {len(bad)} parameters (first {bad[0]}) after "
             f"micro-batch {micro_batches}, during optimizer step {optimizer_step}, and {stop} were dropped "
             f"for it; stopped before the update; the micro-batches are summarised in {log_path.name}"

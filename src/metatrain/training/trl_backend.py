@@ -27,6 +27,7 @@ from metatrain.training.divergence import (
     TrainingDiverged,
     disable_cudnn_attention,
     guard_training_step,
+    train_until_stopped,
 )
 from metatrain.training.environment import (
     RewardFn,
@@ -235,7 +236,7 @@ def train_job(
         list(trainer._logs["advantages"]), table.rollouts_per_example
     )
     t_train = time.monotonic()
-    trainer.train()
+    diverged = train_until_stopped(trainer.train)
     train_seconds = time.monotonic() - t_train
     trained: Any = trainer.model
     if table.lora is not None:
@@ -249,6 +250,7 @@ def train_job(
         "setup_seconds": t_train - t0,
         "steps": int(trainer.state.global_step),
         "stopped_at_deadline": any(getattr(c, "stopped", False) for c in callbacks),
+        "diverged": diverged,
         "dataset_size": len(dataset),
         "history": history,
         "final_answer_turn": bool(trainer.final_answer_turn),
