@@ -167,7 +167,51 @@ def test_a_micro_batch_with_a_nan_gradient_is_dropped_and_located(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["micro_batches_dropped"] for r in rows] == [1, 0]
     assert all(math.isfinite(r["grad_norm"]) for r in rows)
-    assert not (out / "diverged.json").exists()
+    assert not (out / "diverged.json").exists() and summary["diverged"] is None
+
+
+def test_a_run_of_nan_micro_batches_stops_training_and_keeps_the_last_finite_step(
+    smollm2: Path,
+    reference_workspace: Path,
+    fast_spec: TaskSpec,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Real TRL: every micro-batch after the first makes a NaN gradient. Step 1 updates from its
+    first; the fourth NaN in a row (step 3) stops training before its update, and the job still
+    returns, with the weights of step 2 saved for the post-eval and the stop named."""
+    from transformers import AutoModelForCausalLM
+
+    from metatrain.training.trl_backend import train_job
+
+    grad_forwards: list[int] = []
+
+    def nan_after_the_first(module: Any, args: Any, output: torch.Tensor) -> torch.Tensor | None:
+        if not torch.is_grad_enabled():  # generation
+            return None
+        grad_forwards.append(1)
+        return None if len(grad_forwards) == 1 else output + 0 * torch.sqrt(output - output)
+
+    load = AutoModelForCausalLM.from_pretrained
+
+    def loaded(*args: Any, **kwargs: Any) -> Any:
+        model = load(*args, **kwargs)
+        model.model.norm.register_forward_hook(nan_after_the_first)
+        return model
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", loaded)
+    bundle = tiny_bundle(reference_workspace, fast_spec, tmp_path, max_steps=3, batch_size=2)
+    out = tmp_path / "out"
+    summary = train_job(str(bundle), str(out), str(smollm2), device="cpu")
+    assert summary["steps"] == 2
+    assert (
+        "4 micro-batches in a row" in summary["diverged"]
+        and "stopped before the update" in summary["diverged"]
+    )
+    assert [d["optimizer_step"] for d in summary["dropped_micro_batches"]] == [1, 2, 2, 3]
+    assert json.loads((out / "diverged.json").read_text())["optimizer_step"] == 3
+    saved = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
+    assert all(torch.isfinite(t).all() for t in saved.state_dict().values())
 
 
 def test_hidden_eval_scores_the_base_model(smollm2: Path, calc_chain: TaskFamily) -> None:
