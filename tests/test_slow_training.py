@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,31 @@ def test_training_stops_at_its_deadline_and_still_saves(
     assert (out / "model" / "model.safetensors").exists()
 
 
+def nan_gradients(monkeypatch: pytest.MonkeyPatch, at: Callable[[int], bool]) -> list[int]:
+    """Every model loaded from here on gets a NaN gradient (its forward unchanged) in the n-th forward
+    run with gradients on (1-based) wherever ``at(n)``; returns the growing list of those forwards.
+    The hook sits on the final norm: TRL's fused head skips lm_head's forward."""
+    from transformers import AutoModelForCausalLM
+
+    grad_forwards: list[int] = []
+
+    def hook(module: Any, args: Any, output: torch.Tensor) -> torch.Tensor | None:
+        if not torch.is_grad_enabled():  # generation
+            return None
+        grad_forwards.append(1)
+        return output + 0 * torch.sqrt(output - output) if at(len(grad_forwards)) else None  # backward 0/0
+
+    load = AutoModelForCausalLM.from_pretrained
+
+    def loaded(*args: Any, **kwargs: Any) -> Any:
+        model = load(*args, **kwargs)
+        model.model.norm.register_forward_hook(hook)
+        return model
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", loaded)
+    return grad_forwards
+
+
 def test_a_micro_batch_with_a_nan_gradient_is_dropped_and_located(
     smollm2: Path,
     reference_workspace: Path,
@@ -133,28 +159,9 @@ def test_a_micro_batch_with_a_nan_gradient_is_dropped_and_located(
     """Real TRL, in this process: micro-batch 2 of step 1 gets a finite loss and a NaN gradient (as
     the GPU runs did); it is dropped, its re-run under anomaly mode names the op, and training goes
     on with TRL's micro-batch counter in step (two steps, each updating)."""
-    from transformers import AutoModelForCausalLM
-
     from metatrain.training.trl_backend import train_job
 
-    grad_forwards: list[int] = []
-
-    def nan_in_backward(module: Any, args: Any, output: torch.Tensor) -> torch.Tensor | None:
-        if not torch.is_grad_enabled():  # generation
-            return None
-        grad_forwards.append(1)
-        if len(grad_forwards) in (2, 3):  # micro-batch 2, then its re-run
-            return output + 0 * torch.sqrt(output - output)  # forward unchanged; backward 0/0
-        return None
-
-    load = AutoModelForCausalLM.from_pretrained
-
-    def loaded(*args: Any, **kwargs: Any) -> Any:
-        model = load(*args, **kwargs)
-        model.model.norm.register_forward_hook(nan_in_backward)  # TRL's fused head skips lm_head's forward
-        return model
-
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", loaded)
+    grad_forwards = nan_gradients(monkeypatch, lambda n: n in (2, 3))  # micro-batch 2, then its re-run
     bundle = tiny_bundle(reference_workspace, fast_spec, tmp_path, max_steps=2, batch_size=2)
     out = tmp_path / "out"
     summary = train_job(str(bundle), str(out), str(smollm2), device="cpu")
@@ -184,22 +191,7 @@ def test_a_run_of_nan_micro_batches_stops_training_and_keeps_the_last_finite_ste
 
     from metatrain.training.trl_backend import train_job
 
-    grad_forwards: list[int] = []
-
-    def nan_after_the_first(module: Any, args: Any, output: torch.Tensor) -> torch.Tensor | None:
-        if not torch.is_grad_enabled():  # generation
-            return None
-        grad_forwards.append(1)
-        return None if len(grad_forwards) == 1 else output + 0 * torch.sqrt(output - output)
-
-    load = AutoModelForCausalLM.from_pretrained
-
-    def loaded(*args: Any, **kwargs: Any) -> Any:
-        model = load(*args, **kwargs)
-        model.model.norm.register_forward_hook(nan_after_the_first)
-        return model
-
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", loaded)
+    nan_gradients(monkeypatch, lambda n: n > 1)
     bundle = tiny_bundle(reference_workspace, fast_spec, tmp_path, max_steps=3, batch_size=2)
     out = tmp_path / "out"
     summary = train_job(str(bundle), str(out), str(smollm2), device="cpu")
