@@ -124,6 +124,11 @@ def render_tool_result(value: Any) -> str:
         return str(value)
 
 
+def render_tool_error(exc: BaseException) -> str:
+    """Text of a failed tool call as the model sees it."""
+    return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+
+
 def call_tool(tools: dict[str, Callable[..., Any]], call: ParsedCall) -> tuple[str, bool]:
     """Run one parsed call; returns (result text, ok). Errors become text the model sees."""
     fn = tools.get(call.name)
@@ -132,7 +137,7 @@ def call_tool(tools: dict[str, Callable[..., Any]], call: ParsedCall) -> tuple[s
     try:
         return render_tool_result(fn(**call.arguments)), True
     except Exception as exc:  # the model sees the error, as in verifiers' ToolEnv
-        return json.dumps({"error": f"{type(exc).__name__}: {exc}"}), False
+        return render_tool_error(exc), False
 
 
 def install_parser(tokenizer: Any) -> Any:

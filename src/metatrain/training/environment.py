@@ -6,6 +6,7 @@ Runs inside the sandbox: it imports agent-written code.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import math
@@ -149,8 +150,9 @@ def rollout_environment_factory(env: Any) -> Callable[[], Any]:
     """A TRL ``environment_factory`` for a ``vf.StatefulToolEnv``: one object per rollout.
 
     ``reset(**row)`` starts a fresh state from the dataset row; each tool method calls the env's
-    ``update_tool_args`` (which injects hidden arguments such as the example's world) and then the
-    tool. The rollout's state is ``instance.state``; reward functions receive it as ``state``.
+    ``update_tool_args`` (which injects hidden arguments such as the example's world), then the
+    tool, and returns its result as the eval shows it (``_result_text``). The rollout's state is
+    ``instance.state``; reward functions receive it as ``state``.
     """
     methods: dict[str, Any] = {}
     for tool, shown in zip(env.tools, visible_tools(env), strict=True):
@@ -165,17 +167,43 @@ def rollout_environment_factory(env: Any) -> Callable[[], Any]:
     return cls
 
 
-def _tool_method(env: Any, tool: Callable[..., Any], shown: Callable[..., Any]) -> Callable[..., Any]:
-    name = _tool_name(tool)
+def _result_text(tool: Callable[..., Any], args: dict[str, Any]) -> str:
+    """The tool's result, or its error, as the text the hidden eval shows the model
+    (``dialect.render_tool_result`` / ``render_tool_error``).
 
-    def method(self: Any, **kwargs: Any) -> Any:
-        args = env.update_tool_args(name, dict(kwargs), [], self.state) or kwargs
+    Why: TRL passes a tool's list result on as multimodal content blocks, which Qwen's chat template
+    renders as an empty ``<tool_response>``, and other values as ``str()`` (Python reprs). Triage's
+    list tools trained on empty responses for sessions, while the eval showed their JSON."""
+    from metatrain.training.dialect import render_tool_error, render_tool_result
+
+    try:
         value = tool(**args)
         if inspect.isawaitable(value):
             import asyncio
 
             value = asyncio.run(_await(value))
-        return value
+        return render_tool_result(value)
+    except Exception as exc:  # the model sees the error, as in the eval
+        return render_tool_error(exc)
+
+
+def as_eval_tool(tool: Callable[..., Any]) -> Callable[..., Any]:
+    """``tool`` for TRL's ``tools=``: the same name, signature and docstring (TRL builds the schema
+    from them), returning the text the eval shows (``_result_text``)."""
+
+    @functools.wraps(tool)
+    def wrapped(**kwargs: Any) -> str:
+        return _result_text(tool, kwargs)
+
+    return wrapped
+
+
+def _tool_method(env: Any, tool: Callable[..., Any], shown: Callable[..., Any]) -> Callable[..., Any]:
+    name = _tool_name(tool)
+
+    def method(self: Any, **kwargs: Any) -> str:
+        args = env.update_tool_args(name, dict(kwargs), [], self.state) or kwargs
+        return _result_text(tool, args)
 
     sig = inspect.signature(shown)
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)

@@ -2,11 +2,13 @@
 tool-calling GRPO run. ``train_job`` is the sandbox target; it imports agent code.
 
 Mapping (DESIGN.md): dataset = ``env.get_dataset()`` (prompts already carry the system prompt);
-tools = ``env.tools``; one TRL reward per rubric function (weights via ``reward_weights``), each
-called with verifiers message objects; ``max_tool_calling_iterations = max_turns - 1``; tool calls
-parsed with the project dialect (``training.dialect``), the same parser the hidden eval uses; with
-the task's ``final_answer_turn`` (carried in the bundle manifest), the last tool round ends in the
-eval's final-answer prompt, and each generation is capped at the eval's per-turn ``max_tokens``
+tools = ``env.tools``, each returning the text the eval shows (``environment.as_eval_tool``: JSON,
+not TRL's empty render of a list); one TRL reward per rubric function (weights via
+``reward_weights``), each called with verifiers message objects;
+``max_tool_calling_iterations = max_turns - 1``; tool calls parsed with the project dialect
+(``training.dialect``), the same parser the hidden eval uses; with the task's
+``final_answer_turn`` (carried in the bundle manifest), the last tool round ends in the eval's
+final-answer prompt, and each generation is capped at the eval's per-turn ``max_tokens``
 (``training.final_turn``). A step with no non-zero advantage makes no optimizer update
 (``training.update_gate``).
 """
@@ -31,6 +33,7 @@ from metatrain.training.divergence import (
 )
 from metatrain.training.environment import (
     RewardFn,
+    as_eval_tool,
     call_reward,
     is_stateful,
     load_job_environment,
@@ -223,7 +226,7 @@ def train_job(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=lora_config(table),
-        tools=[] if stateful else list(env.tools),
+        tools=[] if stateful else [as_eval_tool(t) for t in env.tools],
         environment_factory=rollout_environment_factory(env) if stateful else None,
         callbacks=callbacks,
         final_answer_turn=manifest.final_answer_turn,
