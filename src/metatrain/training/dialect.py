@@ -124,9 +124,13 @@ def render_tool_result(value: Any) -> str:
         return str(value)
 
 
-def render_tool_error(exc: BaseException) -> str:
-    """Text of a failed tool call as the model sees it."""
-    return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+def run_tool(fn: Callable[..., Any], arguments: dict[str, Any]) -> tuple[str, bool]:
+    """Call ``fn(**arguments)``; returns (result text, ok). Errors become text the model sees. The
+    hidden eval and training both show tool results through this."""
+    try:
+        return render_tool_result(fn(**arguments)), True
+    except Exception as exc:  # the model sees the error, as in verifiers' ToolEnv
+        return json.dumps({"error": f"{type(exc).__name__}: {exc}"}), False
 
 
 def call_tool(tools: dict[str, Callable[..., Any]], call: ParsedCall) -> tuple[str, bool]:
@@ -134,10 +138,7 @@ def call_tool(tools: dict[str, Callable[..., Any]], call: ParsedCall) -> tuple[s
     fn = tools.get(call.name)
     if fn is None:
         return json.dumps({"error": f"unknown tool {call.name!r}; tools are {sorted(tools)}"}), False
-    try:
-        return render_tool_result(fn(**call.arguments)), True
-    except Exception as exc:  # the model sees the error, as in verifiers' ToolEnv
-        return render_tool_error(exc), False
+    return run_tool(fn, call.arguments)
 
 
 def install_parser(tokenizer: Any) -> Any:

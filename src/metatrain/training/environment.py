@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from metatrain.specs import JobFile
+from metatrain.training.dialect import run_tool
 
 RewardFn = Callable[..., Any]
 
@@ -168,23 +169,21 @@ def rollout_environment_factory(env: Any) -> Callable[[], Any]:
 
 
 def _result_text(tool: Callable[..., Any], args: dict[str, Any]) -> str:
-    """The tool's result, or its error, as the text the hidden eval shows the model
-    (``dialect.render_tool_result`` / ``render_tool_error``).
+    """The tool's result, or its error, as the text the hidden eval shows the model (``run_tool``).
 
     Why: TRL passes a tool's list result on as multimodal content blocks, which Qwen's chat template
     renders as an empty ``<tool_response>``, and other values as ``str()`` (Python reprs). Triage's
     list tools trained on empty responses for sessions, while the eval showed their JSON."""
-    from metatrain.training.dialect import render_tool_error, render_tool_result
 
-    try:
-        value = tool(**args)
+    def resolved(**kwargs: Any) -> Any:
+        value = tool(**kwargs)
         if inspect.isawaitable(value):
             import asyncio
 
             value = asyncio.run(_await(value))
-        return render_tool_result(value)
-    except Exception as exc:  # the model sees the error, as in the eval
-        return render_tool_error(exc)
+        return value
+
+    return run_tool(resolved, args)[0]
 
 
 def as_eval_tool(tool: Callable[..., Any]) -> Callable[..., Any]:
