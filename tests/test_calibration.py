@@ -149,8 +149,9 @@ def test_the_command_prints_levels_and_writes_json(tmp_path: Path, monkeypatch: 
     without_customer_ids = [0.2, 0.2]  # the guided levels on ticket facts, again without the id
     one_tool = [0.2]  # the last of those with get_ticket alone
     category = [0.0, 0.0, 0.0]  # rules on the category alone: their labels say "category rules"
+    tables = [0.0, 0.0]  # one ticket by two tables, without and with the worked example
     scores = [lv["scores"][0]["score"] for lv in report["levels"]]
-    assert scores == [*unguided, *unguided, *without_customer_ids, *one_tool, *category]
+    assert scores == [*unguided, *unguided, *without_customer_ids, *one_tool, *category, *tables]
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,8 @@ from family_helpers import (
 from metatrain.conformance import check_family, failed
 from metatrain.specs import Example
 from metatrain_families.common import render_template
-from metatrain_families.dispatch import DIFFICULTY, LEVELS, SYSTEM_PROMPT, Dispatch
-from metatrain_families.dispatch.generator import Difficulty, generate_example
+from metatrain_families.dispatch import DIFFICULTY, LEVELS, SYSTEM_PROMPT, TABLES_SYSTEM_PROMPT, Dispatch
+from metatrain_families.dispatch.generator import LANES, TEAMS, Difficulty, generate_example
 from metatrain_families.dispatch.tools import TOOLS
 
 FAMILY = Dispatch()
@@ -490,3 +490,78 @@ def test_category_rule_levels_read_as_a_table_and_stay_unguessable(label: str, t
         attrs.evolve(d, customer_rules=True, customer_ids=True)
     with pytest.raises(ValueError, match="category_rules needs n_rules < 6"):
         attrs.evolve(d, n_rules=6)
+
+
+TABLE_LEVELS = [label for label in LEVELS["full"] if label.startswith("two tables")]
+TABLE_ROW_RE = re.compile(r"^- (.+) -> (\w+)$", re.MULTILINE)
+
+
+def solve_tables(example: Example, tools: dict[str, Any]) -> str:
+    """Route the ticket from the prompt's two tables and the tools alone: fetch the ticket, look its
+    category up in the team table (else the default row) and its channel in the lane table, fetch that
+    queue's code."""
+    team_part, lane_part = example.prompt.split("\nLane by the ticket's channel:\n")
+    team_rows = dict(TABLE_ROW_RE.findall(team_part))
+    lanes = dict(TABLE_ROW_RE.findall(lane_part))
+    default = team_rows.pop("any other category")
+    (ticket_id,) = re.findall(r"T-\d+", example.prompt.split("\n")[0])
+    ticket = json.loads(tools["get_ticket"](ticket_id=ticket_id))
+    team = team_rows.get(ticket["category"], default)
+    return str(tools["get_queue_code"](team=team, lane=lanes[ticket["channel"]]))
+
+
+@pytest.mark.parametrize("label", TABLE_LEVELS)
+def test_two_table_levels_are_solvable_from_the_prompt_and_a_blind_pick_stays_under_the_floor(
+    label: str,
+) -> None:
+    d = LEVELS["full"][label]
+    family = Dispatch().at_knobs("full", d)
+    spec = family.task_spec("full")
+    assert [t.name for t in spec.eval.tools] == ["get_ticket", "get_queue_code"]
+    assert_schemas_match(spec.eval.tools, family.tools_at(d))
+    assert spec.eval.max_turns == 6 and spec.bounds.max_turns.max == 8
+    assert "Q-1234" in spec.eval.answer_format and "0.042" in spec.description
+    examples = [generate_example(random.Random(s), d, "x") for s in range(2400)]
+    for ex in examples[:50]:
+        tools = {fn.__name__: fn for fn in family.tools_for(ex)}
+        assert solve_tables(ex, tools) == ex.answer
+        assert family.score(ex, f"I routed it. <answer> {ex.answer} </answer>") == 1.0
+        assert family.score(ex, f"<answer>{ex.info['team']}/{ex.info['lane']}</answer>") == 0.0
+    # Ignoring the tables, the best a policy can do is a fixed (team row, lane row) of the prompt.
+    by_rows: Counter[tuple[int, int]] = Counter()
+    for ex in examples:
+        rows = TABLE_ROW_RE.findall(ex.prompt)
+        team_rows = [t for c, t in rows[: d.n_rules + 1]]
+        lane_rows = [lane for c, lane in rows[d.n_rules + 1 :]]
+        by_rows[team_rows.index(ex.info["team"]), lane_rows.index(ex.info["lane"])] += 1
+    outcomes = 4 * (d.n_rules + 1)
+    assert len(by_rows) == outcomes and 1 / outcomes < GUESS_LIMIT
+    expected = len(examples) / outcomes  # uniform by construction: each cell near it (3.5 sigma)
+    assert all(0.65 * expected < n < 1.35 * expected for n in by_rows.values()), by_rows.most_common(3)
+    assert len({ex.answer for ex in examples}) > 1500  # codes drawn per example: no constant answer
+
+
+def test_two_table_tools_name_the_valid_teams_and_lanes_but_no_code() -> None:
+    d = LEVELS["full"]["two tables, one ticket, worked example"]
+    family = Dispatch().at_knobs("full", d)
+    ex = family.hidden_eval("full")[0]
+    tools = {fn.__name__: fn for fn in family.tools_for(ex)}
+    ticket = json.loads(tools["get_ticket"](ticket_id=ex.info["ticket_ids"][0]))
+    assert set(ticket) == {"id", "category", "channel"}
+    with pytest.raises(ValueError, match=r"no queue '.+/.+': teams are .+; lanes are .+\. Take them") as err:
+        tools["get_queue_code"](team=ticket["category"], lane=ticket["channel"])
+    assert ex.info["team"] in str(err.value) and "Q-" not in str(err.value)
+    assert tools["get_queue_code"](team=f" {ex.info['team'].upper()} ", lane=ex.info["lane"]) == ex.answer
+    prompt = family.task_spec("full").eval.system_prompt
+    assert prompt.startswith(TABLES_SYSTEM_PROMPT) and "Worked example" in prompt
+    assert "oak" not in TEAMS and "up" not in LANES  # the example's names are none an example draws
+    plain = Dispatch().at_knobs("full", LEVELS["full"]["two tables, one ticket"])
+    assert plain.task_spec("full").eval.system_prompt == TABLES_SYSTEM_PROMPT
+    assert plain.hidden_eval("full") == family.hidden_eval("full")  # the same draws: a paired comparison
+    with pytest.raises(ValueError, match="calibration candidates without a reference job"):
+        family.reference_job("full")
+    with pytest.raises(ValueError, match="two_tables routes one ticket"):
+        attrs.evolve(d, n_route=2, n_tickets=2)
+    with pytest.raises(ValueError, match="worked_example needs two_tables"):
+        attrs.evolve(DIFFICULTY["full"], worked_example=True)
+    assert Dispatch().task_spec("full").eval.system_prompt == SYSTEM_PROMPT  # the shipped level untouched

@@ -214,6 +214,14 @@ class GeneratedFamily(Generic[D]):
     def score(self, example: Example, final_text: str) -> float:
         raise NotImplementedError
 
+    def system_prompt_at(self, d: D) -> str:
+        """The eval's system prompt at knobs ``d``: the class's ``system_prompt`` unless a knob changes it."""
+        return self.system_prompt
+
+    def answer_format_at(self, d: D) -> str:
+        """The answer format at knobs ``d``: the class's ``answer_format`` unless a knob changes it."""
+        return self.answer_format
+
     def tools_at(self, d: D) -> Sequence[Callable[..., Any]]:
         """The eval tools at knobs ``d``: the class's ``tools`` unless a knob swaps one."""
         return self.tools
@@ -269,8 +277,8 @@ class GeneratedFamily(Generic[D]):
             held_out=self.held_out,
             eval=EvalInterface(
                 tools=tool_schemas(self.tools_at(d)),
-                system_prompt=self.system_prompt,
-                answer_format=self.answer_format,
+                system_prompt=self.system_prompt_at(d),
+                answer_format=self.answer_format_at(d),
                 max_turns=self.max_turns(d),
                 max_tokens=self.max_tokens,
                 final_answer_turn=self.final_answer_turn,
@@ -312,7 +320,7 @@ class GeneratedFamily(Generic[D]):
         env = render_template(
             self.templates,
             "reference_env.py.tmpl",
-            system_prompt=repr(self.system_prompt),
+            system_prompt=repr(self.system_prompt_at(d)),
             max_turns=self.max_turns(d),
             **self.env_values(d),
         )

@@ -24,6 +24,33 @@ DIFFICULTY = {
     "fast": Difficulty(n_tickets=4, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
     "full": Difficulty(n_tickets=5, n_route=3, n_rules=3, max_clauses=1, use_sla=False),
 }
+TABLES = Difficulty(
+    n_tickets=1,
+    n_route=1,
+    n_rules=5,
+    max_clauses=1,
+    use_sla=False,
+    customer_rules=False,
+    customer_ids=False,
+    two_tables=True,
+)
+"""One ticket, two short tables (five categories and a default to six teams, four channels to four
+lanes), answer the routed queue's code: blind 1/24 (``Difficulty.two_tables``)."""
+TABLES_SYSTEM_PROMPT = (
+    "You route support tickets with the provided tools. Fetch the ticket, pick its queue by the tables "
+    "in the request, fetch that queue's code, and reply with the code inside <answer></answer> tags."
+)
+WORKED_EXAMPLE = (
+    '\n\nWorked example (another ticket, other tables): get_ticket(ticket_id="T-1000") returned '
+    '{"category": "bug", "channel": "chat", "id": "T-1000"}. The team table said bug -> oak and the lane '
+    'table said chat -> up, so the next call was get_queue_code(team="oak", lane="up"). It returned '
+    "Q-0000, and the reply was <answer>Q-0000</answer>."
+)
+"""Appended to the two-table system prompt with ``Difficulty.worked_example``; its team, lane and code
+are none that an example draws (no 'oak' or 'up' in the name pools, no code under Q-1000)."""
+TABLES_TURNS = 6
+"""Tool rounds at the two-table levels: the two lookups, a round to correct a wrong name (answered
+with the valid ones) and slack, as the twenty-third session's probe played them."""
 UNGUIDED = {
     "3 tickets, 3 rules": DIFFICULTY["full"],
     "3 tickets, 3 rules on ticket facts": attrs.evolve(DIFFICULTY["full"], customer_rules=False),
@@ -56,6 +83,8 @@ LEVELS = {
             )
             for n, rules in ((3, 3), (2, 5), (2, 4))
         },
+        "two tables, one ticket": TABLES,
+        "two tables, one ticket, worked example": attrs.evolve(TABLES, worked_example=True),
     }
 }
 """Candidates for ``metatrain calibrate``, hardest first. Every embedded model scores 0 at the
@@ -63,9 +92,19 @@ current level (the calibration notes in docs/families.md); rules on ticket facts
 lookup a ticket, and two tickets with four rules keep a blind guess near 1/25. Guided levels spell
 out the steps, one per ticket, before the first call; without customer ids no ticket record holds an id
 to chase; ``get_ticket`` alone (``Difficulty.lean_tools``); last, rules that each test the category
-alone (``Difficulty.category_rules``), a table from category to queue."""
+alone (``Difficulty.category_rules``), a table from category to queue; then one ticket routed by two
+short tables to a queue whose code is the answer (``Difficulty.two_tables``), without and with a
+worked example in the system prompt: a blind pick 1/24, and on the twenty-third session's probe
+(its own draws, one H100) untrained Qwen2.5-Coder scored 0.010 and 0.070. These two have no
+reference job yet."""
 MAX_TOKENS = 192
 """Per turn; the final turn may walk three tickets through the rules before a three-queue answer."""
+
+
+TABLES_ANSWER_FORMAT = (
+    "<answer>Q-1234</answer>: the code get_queue_code returns for the ticket's team and lane. The last "
+    "<answer> block, stripped of surrounding whitespace, must equal it exactly."
+)
 
 
 def answer_queues(text: str) -> list[str]:
@@ -95,7 +134,25 @@ class Dispatch(GeneratedFamily[Difficulty]):
     max_tokens = MAX_TOKENS
     templates = __name__
 
+    def system_prompt_at(self, d: Difficulty) -> str:
+        if not d.two_tables:
+            return self.system_prompt
+        return TABLES_SYSTEM_PROMPT + (WORKED_EXAMPLE if d.worked_example else "")
+
+    def answer_format_at(self, d: Difficulty) -> str:
+        return TABLES_ANSWER_FORMAT if d.two_tables else self.answer_format
+
     def describe(self, d: Difficulty) -> str:
+        if d.two_tables:
+            return (
+                "Teach a small model to route one support ticket by two tables in the prompt: "
+                f"{d.n_rules} categories (and a default for any other) to teams, four channels to lanes, "
+                "all names drawn afresh per example. get_ticket gives the ticket's category and channel; "
+                "get_queue_code(team, lane) gives the queue's code, which is the answer "
+                "(<answer>Q-1234</answer>, exact). The team is uniform over the "
+                f"{d.n_rules + 1} and the lane over the four, so ignoring the tables scores about "
+                f"{1 / (4 * (d.n_rules + 1)):.3f}."
+            )
         customer = ", the customer's tier or region" if d.customer_rules else ""
         sla = ", or the SLA response hours of the customer's tier" if d.use_sla else ""
         steps = " The prompt spells out the steps, one per ticket." if d.guided else ""
@@ -121,17 +178,26 @@ class Dispatch(GeneratedFamily[Difficulty]):
         )
 
     def tools_at(self, d: Difficulty) -> Sequence[Callable[..., Any]]:
-        return tools_for(d.customer_ids, d.lean_tools)
+        return tools_for(d.customer_ids, d.lean_tools, d.two_tables)
 
     def example_tools(self, example: Example) -> Sequence[Callable[..., Any]]:
         world = example.info["world"]
-        return tools_for(world.get("customer_ids", True), world.get("tools") == "lean")
+        tools = world.get("tools")
+        return tools_for(world.get("customer_ids", True), tools == "lean", tools == "tables")
 
     def max_turns(self, d: Difficulty) -> int:
-        return d.max_lookups + 2
+        return TABLES_TURNS if d.two_tables else d.max_lookups + 2
 
     def turn_cap(self, d: Difficulty) -> int:
-        return d.max_lookups + 4
+        return self.max_turns(d) + 2
+
+    def reference_job(self, budget: str) -> dict[str, str]:
+        if self.knobs(budget).two_tables:
+            raise ValueError(
+                "dispatch's two-table levels are calibration candidates without a reference job yet "
+                "(docs/families.md, twenty-third session)"
+            )
+        return super().reference_job(budget)
 
     def env_values(self, d: Difficulty) -> dict[str, object]:
         return {

@@ -59,6 +59,24 @@ FACTS: dict[str, tuple[Any, ...]] = {
 """The facts drawn per ticket (uniform, independent); the SLA's response hours follow the tier."""
 MAX_RULE_DRAWS = 1000
 
+TABLE_CATEGORIES = (
+    *CATEGORIES,
+    *("shipping", "invoice", "account", "api", "password", "upgrade", "cancel", "export", "import"),
+    *("storage", "network", "email", "mobile", "privacy", "report", "search", "sync", "webhook"),
+    *("latency", "quota"),
+)
+"""Ticket categories at the two-table levels: the table names ``n_rules`` of them, a ticket outside
+it goes to the default team."""
+TEAMS = (
+    *("amber", "birch", "cedar", "dune", "elm", "fern", "grove", "heath", "iris", "jade", "kelp"),
+    *("lark", "moss", "nile", "opal", "pine", "quartz", "reed", "sage", "teal", "umber", "vale"),
+    *("willow", "yarrow", "zinc", "aspen", "basalt", "coral"),
+)
+"""Team names at the two-table levels: neutral words, so no name hints at a category (with names
+such as ``refunds`` untrained Qwen2.5-Coder's right answers came from spelling: docs/families.md)."""
+LANE_CHANNELS = ("email", "phone", "chat", "web")
+LANES = ("north", "south", "east", "west", "upper", "lower")
+
 
 @attrs.frozen
 class Difficulty:
@@ -95,7 +113,23 @@ class Difficulty:
     untrained Qwen2.5-Coder fetched both tickets and then answered every queue the rules name
     (docs/families.md, calibration)."""
 
+    two_tables: bool = False
+    """Whether the example is one ticket routed by two short tables (a calibration level): its
+    category names one of ``n_rules + 1`` teams (``n_rules`` categories and a default), its channel
+    one of four lanes, and the answer is the code ``get_queue_code(team, lane)`` returns. Ignoring
+    both tables, a policy whose every lookup is right scores 1 / (4 (n_rules + 1)): 1/24 at five
+    rules, where one long table the model could not apply (twenty-second session)."""
+    worked_example: bool = False
+    """Whether the system prompt at a two-table level shows one worked example, with names and a code
+    no example uses (on one H100 it took untrained Qwen2.5-Coder from 0.010 to 0.070 on the
+    twenty-third session's probe)."""
+
     def __attrs_post_init__(self) -> None:
+        if self.two_tables:
+            self._check_tables()
+            return
+        if self.worked_example:
+            raise ValueError("worked_example needs two_tables (the example shows the two tables' steps)")
         if not 1 <= self.n_route <= self.n_tickets:
             raise ValueError(f"need 1 <= n_route <= n_tickets, got {self.n_route} and {self.n_tickets}")
         if not 1 <= self.n_rules < len(QUEUES):
@@ -113,9 +147,23 @@ class Difficulty:
                 f"category_rules needs n_rules < {len(CATEGORIES)} (one category a rule, and a default)"
             )
 
+    def _check_tables(self) -> None:
+        if (self.n_tickets, self.n_route) != (1, 1):
+            raise ValueError("two_tables routes one ticket: n_tickets and n_route must be 1")
+        if self.customer_rules or self.use_sla or self.customer_ids or self.guided or self.lean_tools:
+            raise ValueError(
+                "two_tables needs customer_rules, use_sla, customer_ids, guided and lean_tools off"
+            )
+        if not 1 <= self.n_rules <= len(TABLE_CATEGORIES) - 3 or self.n_rules + 1 > len(TEAMS):
+            most = len(TABLE_CATEGORIES) - 3
+            raise ValueError(f"two_tables needs 1 <= n_rules <= {most}, got {self.n_rules}")
+
     @property
     def lookups_per_ticket(self) -> int:
-        """Records one routed ticket may need: the ticket, its customer and (with SLAs) the tier's SLA."""
+        """Records one routed ticket may need: the ticket, its customer and (with SLAs) the tier's SLA;
+        at a two-table level the ticket and the queue's code."""
+        if self.two_tables:
+            return 2
         return 3 if self.use_sla else 2 if self.customer_rules else 1
 
     @property
@@ -224,6 +272,8 @@ def _lookups(rules: list[dict[str, Any]], facts: dict[str, Any]) -> list[dict[st
 def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
     """``n_route`` tickets routed by one rule list; each one's matching rule is uniform over the
     rules and the default, independently of the other tickets."""
+    if d.two_tables:
+        return generate_tables_example(rng, d, example_id)
     ticket_ids = rng.sample(range(1000, 10000), d.n_tickets)
     customer_ids = rng.sample(range(100, 1000), d.n_tickets)
     slas: list[dict[str, Any]] = [{"tier": t, "response_hours": rng.choice(HOURS)} for t in TIERS]
@@ -291,5 +341,55 @@ def generate_example(rng: random.Random, d: Difficulty, example_id: str) -> Exam
             "queues": answers,
             "matched_rules": matches,
             "lookups": lookups,
+        },
+    )
+
+
+def generate_tables_example(rng: random.Random, d: Difficulty, example_id: str) -> Example:
+    """One ticket and two tables drawn per example: ``n_rules`` categories to teams (a default team
+    for the rest) and the four channels to lanes. The ticket's team is uniform over the ``n_rules + 1``
+    teams and its channel over the four, independently, so a pick that ignores the tables is right
+    1 time in 4 (n_rules + 1); every (team, lane) queue has its own code, drawn per example."""
+    ticket_id = f"T-{rng.randrange(1000, 10000)}"
+    teams = rng.sample(TEAMS, d.n_rules + 1)
+    categories = rng.sample(TABLE_CATEGORIES, d.n_rules + 3)
+    rule_categories, other_categories = categories[: d.n_rules], categories[d.n_rules :]
+    target = rng.randint(0, d.n_rules)
+    category = rule_categories[target] if target < d.n_rules else rng.choice(other_categories)
+    channel = rng.choice(LANE_CHANNELS)
+    lane_of = dict(zip(LANE_CHANNELS, rng.sample(LANES, len(LANE_CHANNELS)), strict=True))
+    pairs = list(itertools.product(teams, lane_of.values()))
+    numbers = rng.sample(range(1000, 10000), len(pairs))
+    codes = {f"{team}/{lane}": f"Q-{n}" for (team, lane), n in zip(pairs, numbers, strict=True)}
+    team, lane = teams[target], lane_of[channel]
+    listed = list(LANE_CHANNELS)
+    rng.shuffle(listed)
+    team_rows = [f"- {c} -> {t}" for c, t in zip(rule_categories, teams, strict=False)]
+    team_rows.append(f"- any other category -> {teams[-1]}")
+    lane_rows = [f"- {c} -> {lane_of[c]}" for c in listed]
+    prompt = (
+        f"Route support ticket {ticket_id}.\nTeam by the ticket's category:\n"
+        + "\n".join(team_rows)
+        + "\nLane by the ticket's channel:\n"
+        + "\n".join(lane_rows)
+        + "\nCall get_ticket, pick the team and the lane from the tables, then call get_queue_code with "
+        "them. Reply with the queue code (Q- and four digits, not a team's or lane's name) inside "
+        f"<answer></answer> tags. Start now: call get_ticket for {ticket_id}."
+    )
+    ticket = {"id": ticket_id, "category": category, "channel": channel}
+    world = {"tickets": [ticket], "codes": codes, "tools": "tables"}
+    answer = codes[f"{team}/{lane}"]
+    return Example(
+        id=example_id,
+        prompt=prompt,
+        answer=answer,
+        info={
+            "world": world,
+            "ticket_ids": [ticket_id],
+            "team": team,
+            "lane": lane,
+            "default": teams[-1],
+            "matched_rules": [target],
+            "queues": [answer],
         },
     )
